@@ -1,0 +1,3 @@
+from mmcomp_eval.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""The interface every metric implements.
+
+Metrics work on whole lists rather than one pair at a time because the two
+that matter most are not averages of per-sample scores: BLEU is a corpus
+statistic and BERTScore batches through a neural model.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mmcomp_eval.api.document import Document
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """Scores are on a 0-100 scale, as the papers report them."""
+
+    name: str
+    value: float  # the corpus-level score
+    per_sample: tuple[float, ...]  # one score per prediction, same scale
+
+
+class Metric(ABC):
+    name: str = "metric"
+    higher_is_better: bool = True
+
+    @abstractmethod
+    def compute(
+        self,
+        predictions: Sequence[str],
+        references: Sequence[str],
+        docs: Sequence[Document],
+    ) -> MetricResult: ...
+
+    def describe(self) -> dict:
+        """What the results file records about how this metric was computed."""
+        return {"name": self.name}

@@ -1,0 +1,47 @@
+"""The interface every model adapter implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mmcomp_eval.api.document import Document
+from mmcomp_eval.api.request import GenerationRequest, LoglikelihoodRequest
+
+ProgressCallback = Callable[[int], None]  # called with the number of requests just finished
+
+
+class Model(ABC):
+    """A model answers batches of requests.
+
+    Adapters receive their arguments already parsed (see
+    ``mmcomp_eval.model_args``) as keyword arguments of ``__init__``.
+    ``fingerprint`` identifies everything that can change an answer; it goes
+    into results files and cache keys.
+    """
+
+    name: str = "model"
+    #: whether the adapter can use images in requests
+    accepts_images: bool = False
+    #: whether the adapter looks at the document instead of the prompt (baselines)
+    uses_documents: bool = False
+
+    @abstractmethod
+    def generate(
+        self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None
+    ) -> list[str]:
+        """One continuation per request, in request order, stop strings removed."""
+
+    def loglikelihood(
+        self, requests: Sequence[LoglikelihoodRequest], progress: ProgressCallback | None = None
+    ) -> list[list[float]]:
+        """Summed log-probability of each continuation given the context."""
+        raise NotImplementedError(f"model '{self.name}' cannot score log-likelihoods")
+
+    def predict_from_documents(self, docs: Sequence[Document], target: str) -> list[str]:
+        """Baselines that read the document directly (``uses_documents``)."""
+        raise NotImplementedError(f"model '{self.name}' does not read documents")
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name}

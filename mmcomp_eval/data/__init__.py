@@ -1,0 +1,1 @@
+"""Datasets: reading annotation files and building evaluation splits."""

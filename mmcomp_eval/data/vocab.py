@@ -1,0 +1,163 @@
+"""EK-100 verb/noun class index: any spelling of a verb or noun -> its class.
+
+Category accuracy needs to decide whether "grab" and "pick up" are the same
+verb. EK-100 ships that knowledge as class tables (``key`` plus the list of
+``instances`` folded into the class). Instances come in the annotation's raw
+spelling (``pick-up``, ``board:chopping``); predictions come as plain text
+("pick up chopping board") or in CompAct's normalised form
+(``pick_up chopping_board``). All three spellings map to the same lookup key.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmcomp_eval.errors import UserError
+
+MAX_VERB_TOKENS = 3
+MAX_NOUN_TOKENS = 4
+
+
+def plain_noun(raw: str) -> str:
+    """``board:chopping`` -> ``chopping board``: EK-100 writes head noun first."""
+    parts = [p for p in raw.strip().lower().split(":") if p]
+    return " ".join(reversed(parts)).replace("-", " ").replace("_", " ")
+
+
+def plain_verb(raw: str) -> str:
+    """``pick-up`` -> ``pick up``."""
+    return raw.strip().lower().replace("-", " ").replace("_", " ")
+
+
+def lookup_key(text: str) -> str:
+    """The spelling-independent form used as dictionary key (spaces only)."""
+    return " ".join(text.lower().replace("_", " ").replace("-", " ").split())
+
+
+def normalised(plain: str) -> str:
+    """CompAct's multiword token form (paper A.3.2): ``pick up`` -> ``pick_up``."""
+    return "_".join(plain.split())
+
+
+@dataclass(frozen=True)
+class AtomClass:
+    id: int
+    key: str
+    category: str
+
+
+class CategoryIndex:
+    """Maps verb and noun spellings to EK-100 class ids.
+
+    When two classes list spellings that collapse to the same key, the lower
+    class id wins; the class's own ``key`` always wins over another class's
+    instance.
+    """
+
+    def __init__(self, verbs: list[AtomClass], nouns: list[AtomClass],
+                 verb_lookup: dict[str, int], noun_lookup: dict[str, int]):
+        self.verbs = {c.id: c for c in verbs}
+        self.nouns = {c.id: c for c in nouns}
+        self._verb_lookup = verb_lookup
+        self._noun_lookup = noun_lookup
+
+    @classmethod
+    def from_csv(cls, verb_csv: Path, noun_csv: Path) -> CategoryIndex:
+        verbs, verb_lookup = _read_class_table(Path(verb_csv), plain_verb)
+        nouns, noun_lookup = _read_class_table(Path(noun_csv), plain_noun)
+        return cls(verbs, nouns, verb_lookup, noun_lookup)
+
+    @classmethod
+    def from_dir(cls, ek100_dir: Path) -> CategoryIndex:
+        d = Path(ek100_dir)
+        return cls.from_csv(d / "EPIC_100_verb_classes.csv", d / "EPIC_100_noun_classes.csv")
+
+    def verb_class(self, text: str) -> int | None:
+        return _lookup(self._verb_lookup, text, plain_verb)
+
+    def noun_class(self, text: str) -> int | None:
+        return _lookup(self._noun_lookup, text, plain_noun)
+
+    def parse_narration(self, text: str) -> tuple[int | None, int | None]:
+        """(verb class, noun class) of a free-text narration.
+
+        Narrations are imperative: the verb comes first, so the verb is the
+        longest run of leading tokens that names a verb (else the first verb
+        anywhere); the noun is the first noun after it, preferring the longest
+        run of tokens at each position so "chopping board" beats "board".
+        """
+        tokens = lookup_key(text.replace(".", " ").replace(",", " ")).split()
+        verb, start = self._match(tokens, 0, self._verb_lookup, MAX_VERB_TOKENS)
+        if verb is None:
+            for i in range(len(tokens)):
+                verb, start = self._match(tokens, i, self._verb_lookup, MAX_VERB_TOKENS)
+                if verb is not None:
+                    break
+            else:
+                start = 0
+        noun = None
+        for i in [*range(start, len(tokens)), *range(0, start)]:
+            noun, _ = self._match(tokens, i, self._noun_lookup, MAX_NOUN_TOKENS)
+            if noun is not None:
+                break
+        return verb, noun
+
+    @staticmethod
+    def _match(tokens: list[str], i: int, table: dict[str, int], longest: int):
+        for n in range(min(longest, len(tokens) - i), 0, -1):
+            phrase = " ".join(tokens[i:i + n])
+            cid = table.get(phrase)
+            if cid is None and n == 1:
+                cid = table.get(singular(phrase))
+            if cid is not None:
+                return cid, i + n
+        return None, i
+
+
+def singular(word: str) -> str:
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith(("ches", "shes", "oes", "sses", "xes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def _lookup(table: dict[str, int], text: str, to_plain) -> int | None:
+    key = lookup_key(to_plain(text) if ":" in text else text)
+    hit = table.get(key)
+    if hit is None:
+        hit = table.get(singular(key))
+    return hit
+
+
+def _read_class_table(path: Path, to_plain) -> tuple[list[AtomClass], dict[str, int]]:
+    if not path.is_file():
+        raise UserError(f"{path}: class table not found; pass --ek100-dir with the EK-100 annotation CSVs")
+    classes: list[AtomClass] = []
+    own: dict[str, int] = {}
+    others: dict[str, int] = {}
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = {"id", "key", "instances"} - set(reader.fieldnames or ())
+        if missing:
+            raise UserError(f"{path}: missing column(s) {', '.join(sorted(missing))}; expected id,key,instances,category")
+        for row_no, row in enumerate(reader, start=2):
+            try:
+                cid = int(row["id"])
+                instances = ast.literal_eval(row["instances"])
+                if not isinstance(instances, list):
+                    raise ValueError
+            except (ValueError, SyntaxError, TypeError):
+                raise UserError(
+                    f"{path}:{row_no}: bad 'id' or 'instances' value; expected an integer id and a list like ['a', 'b']"
+                ) from None
+            classes.append(AtomClass(cid, row["key"], row.get("category") or ""))
+            own.setdefault(lookup_key(to_plain(row["key"])), cid)
+            for inst in instances:
+                others.setdefault(lookup_key(to_plain(str(inst))), cid)
+    return classes, {**others, **own}

@@ -1,0 +1,95 @@
+"""Dataset loaders: a task's ``dataset`` section -> documents per split.
+
+``compact`` builds (or reuses from the cache) the CompAct splits from the
+EK-100 annotations; ``jsonl`` reads a user's own files, one JSON object per
+line, named per split relative to the task file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Callable
+
+from mmcomp_eval.api.document import Document
+from mmcomp_eval.errors import UserError, did_you_mean
+from mmcomp_eval.registry import Registry
+from mmcomp_eval.task_config import TaskConfig
+
+
+@dataclass(frozen=True)
+class DataContext:
+    """Run-level settings loaders may need."""
+
+    ek100_dir: Path | None = None
+    offline: bool = False
+
+
+Loader = Callable[[TaskConfig, str, DataContext], list[dict]]
+LOADERS: Registry[Loader] = Registry("dataset")
+
+
+def load_documents(task: TaskConfig, split: str, ctx: DataContext) -> list[Document]:
+    rows = LOADERS.get(task.dataset.name)(task, split, ctx)
+    docs = []
+    seen = set()
+    for i, row in enumerate(rows):
+        if task.id_field not in row:
+            raise UserError(f"task {task.task}: document {i} of split '{split}' has no id field '{task.id_field}'")
+        doc_id = str(row[task.id_field])
+        if doc_id in seen:
+            raise UserError(f"task {task.task}: split '{split}' has two documents with id '{doc_id}'")
+        seen.add(doc_id)
+        if task.target_field not in row:
+            raise UserError(f"task {task.task}: document {doc_id} has no target field '{task.target_field}'"
+                            f"{did_you_mean(task.target_field, row)}")
+        docs.append(Document(doc_id, row))
+    return docs
+
+
+def _options(task: TaskConfig, allowed: dict) -> dict:
+    opts = dict(task.dataset.options)
+    for key in opts:
+        if key not in allowed:
+            raise UserError(f"{task.source}: dataset '{task.dataset.name}' has no option '{key}'"
+                            f"{did_you_mean(key, allowed)}")
+    return {**allowed, **opts}
+
+
+@LOADERS.register("compact")
+def load_compact(task: TaskConfig, split: str, ctx: DataContext) -> list[dict]:
+    from mmcomp_eval.data.compact_build import SPLIT_KINDS, SPLITS, BuildParams, build_compact, load_split
+
+    defaults = {"split_kind": "compositional", **{f.name: getattr(BuildParams(), f.name) for f in fields(BuildParams)}}
+    opts = _options(task, defaults)
+    kind = opts.pop("split_kind")
+    if kind not in SPLIT_KINDS:
+        raise UserError(f"{task.source}: dataset option split_kind {kind!r} is not one of {', '.join(SPLIT_KINDS)}")
+    if split not in SPLITS:
+        raise UserError(f"task {task.task}: split '{split}' is not one of {', '.join(SPLITS)}{did_you_mean(split, SPLITS)}")
+    result = build_compact(ctx.ek100_dir, BuildParams(**opts), offline=ctx.offline)
+    return load_split(result.directory, kind, split)
+
+
+@LOADERS.register("jsonl")
+def load_jsonl(task: TaskConfig, split: str, ctx: DataContext) -> list[dict]:
+    opts = _options(task, {"files": {}})
+    files = opts["files"]
+    if split not in files:
+        raise UserError(f"{task.source}: dataset.options.files has no '{split}' file; add one or use --split")
+    path = Path(files[split])
+    if not path.is_absolute() and task.source:
+        path = Path(task.source).parent / path
+    rows = []
+    try:
+        with path.open(encoding="utf-8") as f:
+            for line_no, line in enumerate(f, start=1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise UserError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found (dataset of task {task.task}, split {split})") from None
+    return rows

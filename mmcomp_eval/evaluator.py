@@ -1,0 +1,219 @@
+"""Running tasks against a model: the pipeline every sample passes through.
+
+task config -> documents -> few-shot selection -> prompt rendering ->
+model request -> response -> metric -> aggregate -> results file.
+Everything the run needs is checked before the model is asked anything
+(templates render, images vs model, shots vs pool), so that a mistake costs
+seconds, not a GPU hour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from mmcomp_eval.aggregate import aggregate
+from mmcomp_eval.api.document import Document
+from mmcomp_eval.api.model import Model
+from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, LoglikelihoodRequest
+from mmcomp_eval.documents import DataContext, load_documents
+from mmcomp_eval.errors import UserError
+from mmcomp_eval.fewshot import build_sampler
+from mmcomp_eval.prompting import PromptTemplate, RenderedPrompt
+from mmcomp_eval.responses import parse_generation, parse_ranking
+from mmcomp_eval.results import ResultWriter, RunRecord, sha256_json
+from mmcomp_eval.task_config import TaskConfig
+from mmcomp_eval.task_index import TaskIndex, find_template
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    shots: int | None = None          # None: the task's fewshot.k
+    seeds: tuple[int, ...] = (0,)
+    limit: int | None = None
+    split: str | None = None          # None: the task's eval_split
+    sampler: str | None = None        # None: the task's fewshot.sampler
+    apply_chat_template: bool = False
+    include_paths: tuple[Path, ...] = ()
+    data: DataContext = field(default_factory=DataContext)
+    progress: bool = True
+
+    def validate(self) -> None:
+        if self.limit is not None and self.limit < 1:
+            raise UserError(f"--limit {self.limit}: expected a positive number of documents")
+        if self.shots is not None and self.shots < 0:
+            raise UserError(f"--shots {self.shots}: expected 0 or more")
+        if not self.seeds:
+            raise UserError("--seeds must be at least 1")
+
+
+@dataclass
+class PreparedTask:
+    """A task with its documents and per-seed prompts, ready for the model."""
+
+    config: TaskConfig
+    split: str
+    docs: list[Document]
+    shots: int
+    template: PromptTemplate | None
+    prompts: dict[int, list[RenderedPrompt]]   # seed -> one prompt per doc
+    shot_ids: dict[int, list[list[str]]]       # seed -> shot ids per doc
+    choices: tuple[str, ...] = ()
+
+
+def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) -> PreparedTask:
+    split = opts.split or task.eval_split
+    docs = load_documents(task, split, opts.data)
+    if opts.limit is not None:
+        docs = docs[: opts.limit]
+    if not docs:
+        raise UserError(f"task {task.task}: split '{split}' has no documents")
+    k = task.fewshot.k if opts.shots is None else opts.shots
+    if model.uses_documents:
+        return PreparedTask(task, split, docs, 0, None, {}, {s: [[] for _ in docs] for s in opts.seeds})
+    template = PromptTemplate(find_template(task, index.search_dirs))
+    sampler_name = opts.sampler or task.fewshot.sampler
+    sampler = build_sampler(sampler_name, task.fewshot.options if sampler_name == task.fewshot.sampler else {})
+    pool = load_documents(task, task.fewshot_split, opts.data) if k > 0 else []
+    prompts, shot_ids = {}, {}
+    for seed in opts.seeds:
+        picks = sampler.select(docs, pool, k, seed)
+        shot_ids[seed] = [[pool[i].id for i in row] for row in picks]
+        prompts[seed] = [template.render(d, [pool[i] for i in row], task.prompt.instruction,
+                                         chat=opts.apply_chat_template) for d, row in zip(docs, picks)]
+    n_images = max(len(p.images) for ps in prompts.values() for p in ps)
+    if n_images and not model.accepts_images:
+        raise UserError(f"task {task.task} puts {n_images} images in its prompts but model '{model.name}' is "
+                        "text-only; use a vision-language model or a text-only template")
+    max_images = getattr(model, "max_images", None)
+    if n_images and max_images is not None and n_images > max_images:
+        raise UserError(f"task {task.task}: prompts hold up to {n_images} images but model '{model.name}' "
+                        f"takes at most {max_images}; use fewer shots")
+    choices = _choices(task, opts) if task.output_type == "rank_choices" else ()
+    return PreparedTask(task, split, docs, k, template, prompts, shot_ids, choices)
+
+
+def _choices(task: TaskConfig, opts: RunOptions) -> tuple[str, ...]:
+    from mmcomp_eval.data import ek100
+    from mmcomp_eval.data.vocab import CategoryIndex, plain_noun, plain_verb
+
+    files = ek100.locate(opts.data.ek100_dir, offline=opts.data.offline)
+    index = CategoryIndex.from_csv(files.verb_classes, files.noun_classes)
+    if task.choices == "ek100_verb_classes":
+        return tuple(plain_verb(c.key) for c in index.verbs.values())
+    return tuple(plain_noun(c.key) for c in index.nouns.values())
+
+
+def predict(prepared: PreparedTask, model: Model, seed: int, progress: bool) -> tuple[list[str], list[str]]:
+    """(raw outputs, parsed predictions) for one seed."""
+    task = prepared.config
+    if model.uses_documents:
+        preds = model.predict_from_documents(prepared.docs, task.answer_kind)
+        return preds, preds
+    prompts = prepared.prompts[seed]
+    bar = tqdm(total=len(prompts), desc=f"{task.task} seed {seed}", disable=not progress, unit="req")
+    try:
+        if task.output_type == "rank_choices":
+            reqs = [LoglikelihoodRequest(d.id, p.text, tuple(" " + c for c in prepared.choices), p.messages)
+                    for d, p in zip(prepared.docs, prompts)]
+            scores = model.loglikelihood(reqs, progress=bar.update)
+            preds = [parse_ranking(prepared.choices, s) for s in scores]
+            return preds, preds
+        g = task.generation
+        settings = GenerationSettings(max_new_tokens=g.max_new_tokens, stop=g.stop, do_sample=g.do_sample,
+                                      temperature=g.temperature, top_p=g.top_p, seed=seed)
+        reqs = [GenerationRequest(d.id, p.text, settings, p.messages, tuple(f"{i.doc_id}#{i.clip}" for i in p.images))
+                for d, p in zip(prepared.docs, prompts)]
+        raw = model.generate(reqs, progress=bar.update)
+    finally:
+        bar.close()
+    return raw, [parse_generation(r) for r in raw]
+
+
+def score(prepared: PreparedTask, predictions: Sequence[str], resources) -> dict:
+    from mmcomp_eval.metrics import build_metric
+
+    refs = [str(d[prepared.config.target_field]) for d in prepared.docs]
+    out = {}
+    for mc in prepared.config.metrics:
+        metric = build_metric(mc.name, mc.options, resources)
+        out[metric.name] = (metric.compute(predictions, refs, prepared.docs), metric.describe())
+    return out
+
+
+def metric_resources(tasks: Sequence[TaskConfig], opts: RunOptions):
+    from mmcomp_eval.metrics.registry import MetricResources
+
+    needs_index = any(m.name == "category_accuracy" for t in tasks for m in t.metrics)
+    index = None
+    if needs_index:
+        from mmcomp_eval.data import ek100
+        from mmcomp_eval.data.vocab import CategoryIndex
+
+        files = ek100.locate(opts.data.ek100_dir, offline=opts.data.offline)
+        index = CategoryIndex.from_csv(files.verb_classes, files.noun_classes)
+    return MetricResources(category_index=index, offline=opts.data.offline)
+
+
+def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOptions, index: TaskIndex,
+        writer: ResultWriter) -> RunRecord:
+    opts.validate()
+    prepared = [prepare(t, model, opts, index) for t in tasks]  # all checks before any inference
+    resources = metric_resources(tasks, opts)
+    record = RunRecord(model=model_info, config=_run_config(opts))
+    for p in prepared:
+        per_seed: dict[str, list[float]] = {}
+        details: dict = {}
+        for seed in opts.seeds:
+            raw, preds = predict(p, model, seed, opts.progress)
+            scored = score(p, preds, resources)
+            writer.append_samples(_sample_rows(p, seed, raw, preds, scored))
+            for name, (result, describe) in scored.items():
+                per_seed.setdefault(name, []).append(result.value)
+                details[name] = describe
+        record.tasks[p.config.task] = _task_record(p, per_seed, details, opts)
+        writer.write_results(record)
+    return record
+
+
+def _run_config(opts: RunOptions) -> dict:
+    d = asdict(opts)
+    d["include_paths"] = [str(p) for p in opts.include_paths]
+    d["data"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in d["data"].items()}
+    return d
+
+
+def _sample_rows(p: PreparedTask, seed: int, raw: list[str], preds: list[str], scored: dict) -> list[dict]:
+    rows = []
+    for i, d in enumerate(p.docs):
+        prompt = p.prompts[seed][i] if p.prompts else None
+        rows.append({
+            "task": p.config.task, "seed": seed, "doc_id": d.id,
+            "prompt": prompt.text if prompt else None,
+            "messages": [asdict(m) for m in prompt.messages] if prompt and prompt.messages else None,
+            "images": [f"{im.doc_id}#{im.clip}" for im in prompt.images] if prompt else [],
+            "shot_ids": p.shot_ids[seed][i],
+            "raw_output": raw[i], "prediction": preds[i],
+            "target": str(d[p.config.target_field]),
+            "scores": {name: round(res.per_sample[i], 4) for name, (res, _) in scored.items()},
+        })
+    return rows
+
+
+def _task_record(p: PreparedTask, per_seed: dict, details: dict, opts: RunOptions) -> dict:
+    metrics = {name: aggregate(name, values).as_dict() for name, values in per_seed.items()}
+    return {
+        "config": asdict(p.config),
+        "split": p.split,
+        "n_documents": len(p.docs),
+        "shots": p.shots,
+        "seeds": list(opts.seeds),
+        "documents_sha256": sha256_json([[d.id, dict(d.fields)] for d in p.docs]),
+        "template_sha256": sha256_json(p.template.source) if p.template else None,
+        "prompts_sha256": {str(s): sha256_json([[x.text, x.images] for x in ps]) for s, ps in p.prompts.items()},
+        "metrics": metrics,
+        "metric_details": details,
+    }

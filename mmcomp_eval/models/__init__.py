@@ -1,0 +1,12 @@
+"""Model adapters.
+
+Importing this package registers every adapter and preset in
+:data:`MODELS`; build one with :func:`create_model` (``--model`` name plus
+``--model-args``). Adapters import their heavy libraries lazily, so this
+import is cheap.
+"""
+
+from mmcomp_eval.models import hf  # noqa: F401  (registers "hf" and its presets)
+from mmcomp_eval.models.registry import MODELS, ModelRegistry, ModelSpec, create_model
+
+__all__ = ["MODELS", "ModelRegistry", "ModelSpec", "create_model"]

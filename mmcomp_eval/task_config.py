@@ -1,0 +1,232 @@
+"""Task files: YAML validated into typed, frozen dataclasses.
+
+Every field has one meaning. Column names end in ``_field`` and are only
+ever looked up in the document; templates are only ever file names under
+``prompt.template``. Unknown keys are errors (with a suggestion), because a
+misspelt key silently falling back to a default is how wrong numbers get
+published.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mmcomp_eval.errors import UserError, did_you_mean
+
+ANSWER_KINDS = ("narration", "verb", "noun", "text")
+OUTPUT_TYPES = ("generate", "rank_choices")
+CHOICE_SOURCES = ("ek100_verb_classes", "ek100_noun_classes")
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    #: a dataset loader registered in ``mmcomp_eval.documents`` (``compact``, ``jsonl``)
+    name: str
+    #: loader options, e.g. ``split_kind: random`` for compact or ``path`` for jsonl
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    #: Jinja file, looked up next to the task file, then in the built-in ``prompts/``
+    template: str
+    #: passed to the template as ``instruction``
+    instruction: str = ""
+
+
+@dataclass(frozen=True)
+class FewshotConfig:
+    sampler: str = "similar"
+    #: default number of shots; ``--shots`` overrides it
+    k: int = 0
+    #: sampler options (``similar``: which fields hold the atoms)
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 16
+    stop: tuple[str, ...] = ("\n",)
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class MetricConfig:
+    name: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    task: str
+    dataset: DatasetConfig
+    target_field: str
+    prompt: PromptConfig
+    metrics: tuple[MetricConfig, ...]
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    id_field: str = "id"
+    eval_split: str = "test"
+    fewshot_split: str = "train"
+    #: what the answer is: MRH and category accuracy use it
+    answer_kind: str = "text"
+    output_type: str = "generate"
+    #: with ``output_type: rank_choices``: where the candidate answers come from
+    choices: str | None = None
+    fewshot: FewshotConfig = field(default_factory=FewshotConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    #: the task puts images in its prompts (vision-language models only)
+    requires_images: bool = False
+    #: where the task was read from (set by the loader, not by YAML)
+    source: str = ""
+
+    def validate(self, where: str) -> None:
+        _one_of(where, "answer_kind", self.answer_kind, ANSWER_KINDS)
+        _one_of(where, "output_type", self.output_type, OUTPUT_TYPES)
+        if self.output_type == "rank_choices":
+            if self.choices is None:
+                raise UserError(f"{where}: output_type 'rank_choices' needs 'choices' ({', '.join(CHOICE_SOURCES)})")
+            _one_of(where, "choices", self.choices, CHOICE_SOURCES)
+        if self.fewshot.k < 0:
+            raise UserError(f"{where}: fewshot.k is {self.fewshot.k}; expected 0 or more")
+        if self.generation.max_new_tokens < 1:
+            raise UserError(f"{where}: generation.max_new_tokens must be at least 1")
+        if not self.metrics:
+            raise UserError(f"{where}: 'metrics' is empty; name at least one metric")
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    group: str
+    tasks: tuple[str, ...]
+    description: str = ""
+    source: str = ""
+
+
+def _one_of(where: str, key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise UserError(f"{where}: {key} {value!r} is not one of {', '.join(allowed)}{did_you_mean(value, allowed)}")
+
+
+def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Safe-load a task file and resolve ``include:`` (local keys win, deep merge)."""
+    path = Path(path).resolve()
+    if path in _seen:
+        chain = " -> ".join(p.name for p in (*_seen, path))
+        raise UserError(f"{path}: include cycle ({chain}); remove one of the includes")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: task file not found") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise UserError(f"{path}{at}: malformed YAML ({problem})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of keys at the top level, got {type(data).__name__}")
+    include = data.pop("include", None)
+    if include is None:
+        return data
+    if not isinstance(include, str):
+        raise UserError(f"{path}: 'include' must be a file name, got {include!r}")
+    base = read_yaml(path.parent / include, (*_seen, path))
+    return _deep_merge(base, data)
+
+
+def _deep_merge(base: dict, local: dict) -> dict:
+    out = dict(base)
+    for key, value in local.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_task(data: dict, source: str) -> TaskConfig | GroupConfig:
+    if "group" in data:
+        cfg = _build(GroupConfig, {**data, "source": source}, source)
+        return cfg
+    cfg = _build(TaskConfig, {**data, "source": source}, source)
+    cfg.validate(f"{source} (task {cfg.task})")
+    return cfg
+
+
+def load_task_file(path: Path) -> TaskConfig | GroupConfig:
+    return parse_task(read_yaml(path), str(path))
+
+
+def _build(cls, data: Any, where: str, key_path: str = ""):
+    """Construct dataclass ``cls`` from a mapping, checking keys and basic types."""
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: '{key_path or cls.__name__}' must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields:
+            raise UserError(f"{where}: unknown key '{_join(key_path, key)}'{did_you_mean(str(key), fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise UserError(f"{where}: missing required key '{_join(key_path, name)}'")
+            continue
+        kwargs[name] = _convert(hints[name], data[name], where, _join(key_path, name))
+    return cls(**kwargs)
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _convert(tp, value, where: str, key: str):
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        tp = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if dataclasses.is_dataclass(tp):
+        if tp is MetricConfig and isinstance(value, str):
+            value = {"name": value}
+        return _build(tp, value, where, key)
+    if origin is tuple:
+        if isinstance(value, (str, dict)) or not isinstance(value, (list, tuple)):
+            if tp == tuple[str, ...] and isinstance(value, str):
+                return (value,)
+            raise UserError(f"{where}: '{key}' must be a list, got {value!r}")
+        return tuple(_convert(args[0], v, where, f"{key}[{i}]") for i, v in enumerate(value))
+    if tp is dict or origin is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: '{key}' must be a mapping, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{where}: '{key}' must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{where}: '{key}' must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{where}: '{key}' must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise UserError(f"{where}: '{key}' must be a string, got {value!r}")
+        return value
+    return value

@@ -1,0 +1,80 @@
+"""Finding tasks: the built-in ``tasks/`` folder plus folders users name.
+
+Files whose name starts with ``_`` are bases meant for ``include:`` and are
+not tasks themselves. A user folder may shadow a built-in task of the same
+name; two files defining one name in the same folder is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmcomp_eval.errors import UserError, did_you_mean
+from mmcomp_eval.paths import REPO_ROOT
+from mmcomp_eval.task_config import GroupConfig, TaskConfig, load_task_file
+
+BUILTIN_TASKS = REPO_ROOT / "tasks"
+BUILTIN_PROMPTS = REPO_ROOT / "prompts"
+
+
+@dataclass
+class TaskIndex:
+    tasks: dict[str, TaskConfig]
+    groups: dict[str, GroupConfig]
+    search_dirs: tuple[Path, ...]
+
+    @classmethod
+    def build(cls, include_paths: tuple[Path, ...] = ()) -> TaskIndex:
+        tasks: dict[str, TaskConfig] = {}
+        groups: dict[str, GroupConfig] = {}
+        dirs = (BUILTIN_TASKS, *(Path(p) for p in include_paths))
+        for d in dirs[1:]:
+            if not d.is_dir():
+                raise UserError(f"--include-path {d}: not a folder of task YAML files")
+        for d in dirs:
+            seen_here: dict[str, Path] = {}
+            for path in sorted(d.rglob("*.yaml")):
+                if path.name.startswith("_"):
+                    continue
+                cfg = load_task_file(path)
+                name = cfg.group if isinstance(cfg, GroupConfig) else cfg.task
+                if name in seen_here:
+                    raise UserError(f"{path}: task '{name}' is also defined in {seen_here[name]}; rename one")
+                seen_here[name] = path
+                (groups if isinstance(cfg, GroupConfig) else tasks)[name] = cfg
+        return cls(tasks, groups, dirs)
+
+    def resolve(self, names: list[str]) -> list[TaskConfig]:
+        """Task names and group names -> task configs, in order, without repeats."""
+        out: dict[str, TaskConfig] = {}
+        for name in names:
+            for task_name in self._expand(name, ()):
+                out.setdefault(task_name, self.tasks[task_name])
+        return list(out.values())
+
+    def _expand(self, name: str, stack: tuple[str, ...]) -> list[str]:
+        if name in self.tasks:
+            return [name]
+        if name in self.groups:
+            if name in stack:
+                raise UserError(f"group '{name}' contains itself ({' -> '.join((*stack, name))})")
+            return [t for member in self.groups[name].tasks for t in self._expand(member, (*stack, name))]
+        known = [*self.tasks, *self.groups]
+        raise UserError(f"unknown task '{name}'{did_you_mean(name, known)}; "
+                        "see `mmcomp-eval ls tasks`, or add a folder with --include-path")
+
+
+def find_template(task: TaskConfig, extra_dirs: tuple[Path, ...] = ()) -> Path:
+    """The task's template: next to its file, then in include paths, then built-in."""
+    name = task.prompt.template
+    candidates = []
+    if task.source:
+        candidates.append(Path(task.source).parent / name)
+    candidates += [Path(d) / name for d in extra_dirs]
+    candidates.append(BUILTIN_PROMPTS / name)
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise UserError(f"{task.source}: prompt.template '{name}' not found next to the task file or in "
+                    f"{BUILTIN_PROMPTS}")

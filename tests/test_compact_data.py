@@ -1,0 +1,171 @@
+"""CompAct instances: windowing, de-duplication, the noun filter, normalisation, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import annotation_row, write_annotations
+from mmcomp_eval.data import ek100
+from mmcomp_eval.data.compact_build import BuildParams, build_compact, load_split
+from mmcomp_eval.data.compact_windows import (
+    DROP_MISSING_TEXT, DROP_NOUN_NOT_IN_CONTEXT, WindowStats, build_windows, order_and_deduplicate)
+from mmcomp_eval.data.vocab import CategoryIndex
+from mmcomp_eval.errors import UserError
+
+
+def _instances(d):
+    index = CategoryIndex.from_dir(d)
+    files = ek100.locate(d)
+    clips = (ek100.read_clips(files.train, set(index.verbs), set(index.nouns))
+             + ek100.read_clips(files.validation, set(index.verbs), set(index.nouns)))
+    stats = WindowStats()
+    return build_windows(order_and_deduplicate(clips, stats), index, stats), stats
+
+
+def test_windows_dedup_noun_filter_and_missing_text(tiny_ek100):
+    rows, stats = _instances(tiny_ek100)
+    # P01_01 keeps 5 clips after dropping the repeated "wash knife": 2 windows.
+    #   [pick up knife, wash knife, pick up chopping board, cut onion]  target noun onion not in context -> dropped
+    #   [wash knife, pick up chopping board, cut onion, put down knife] target noun knife in context -> kept
+    # P02_01 has 4 clips, one without text: its only window is dropped.
+    assert stats.duplicate_clips_dropped == 1
+    assert stats.windows_considered == 3
+    assert stats.dropped == {DROP_NOUN_NOT_IN_CONTEXT: 1, DROP_MISSING_TEXT: 1}
+    assert [r["id"] for r in rows] == ["P01_01_1-3-4-5"]
+    r = rows[0]
+    assert r["src"] == "wash knife . pick_up chopping_board . cut onion"
+    assert (r["src1"], r["src2"], r["src3"]) == ("wash knife", "pick_up chopping_board", "cut onion")
+    assert r["trg"] == "put_down knife"
+    assert r["trg_narration"] == "put down knife"
+    assert r["verbs"] == ["wash", "pick_up", "cut", "put_down"]
+    assert r["nouns"] == ["knife", "chopping_board", "onion", "knife"]
+    assert r["verbs_raw"][1] == "pick-up" and r["nouns_raw"][1] == "board:chopping"
+    assert (r["trg_verb"], r["trg_noun"], r["trg_verb_class"], r["trg_noun_class"]) == ("put_down", "knife", 1, 1)
+    assert r["narration_ids"] == ["P01_01_1", "P01_01_3", "P01_01_4", "P01_01_5"]
+    assert r["start_frames"] == [100, 300, 400, 500]
+
+
+def test_clips_are_ordered_by_time_not_file_order(tmp_path):
+    from conftest import write_classes
+    d = tmp_path / "ek"
+    d.mkdir()
+    write_classes(d)
+    rows = [annotation_row("P03_01", i, n, v, vc, no, nc, start=s) for i, (n, v, vc, no, nc, s) in enumerate([
+        ("put down knife", "put-down", 1, "knife", 1, 900),   # last in time
+        ("take knife", "take", 0, "knife", 1, 100),
+        ("cut onion", "cut", 5, "onion", 4, 300),
+        ("wash knife", "wash", 2, "knife", 1, 500),
+    ])]
+    write_annotations(d / "EPIC_100_train.csv", rows)
+    write_annotations(d / "EPIC_100_validation.csv", [])
+    out, _ = _instances(d)
+    assert [r["trg_narration"] for r in out] == ["put down knife"]
+    assert out[0]["src"] == "take knife . cut onion . wash knife"
+
+
+def test_normalisation_without_verb_and_noun_columns(tmp_path):
+    """Reconstructed rows lack verb/noun text: the class tables find the phrases."""
+    from conftest import write_classes
+    d = tmp_path / "ek"
+    d.mkdir()
+    write_classes(d)
+    write_annotations(d / "EPIC_100_train.csv", [
+        annotation_row("P04_01", 0, "pick up chopping board", None, 0, None, 2),
+        annotation_row("P04_01", 1, "pour olive oil", None, 1, None, 5),
+        annotation_row("P04_01", 2, "wash boards", None, 2, None, 2),
+        annotation_row("P04_01", 3, "put down chopping boards", None, 1, None, 2),
+    ])
+    write_annotations(d / "EPIC_100_validation.csv", [])
+    (r,), _ = _instances(d)
+    assert r["src1"] == "pick_up chopping_board"
+    assert r["src2"] == "pour olive_oil"
+    assert r["trg"] == "put_down chopping_boards"
+    assert r["verbs"][0] == "pick_up" and r["nouns"][0] == "chopping_board"
+
+
+def test_extra_columns_and_reconstructed_train_name_are_accepted(tiny_ek100):
+    src = tiny_ek100 / "EPIC_100_train.csv"
+    text = src.read_text().splitlines()
+    text = [text[0] + ",id_source,text_source"] + [line + ",x," for line in text[1:]]
+    (tiny_ek100 / "EPIC_100_train_reconstructed.csv").write_text("\n".join(text) + "\n")
+    src.unlink()
+    rows, _ = _instances(tiny_ek100)
+    assert [r["id"] for r in rows] == ["P01_01_1-3-4-5"]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda t: t.replace("verb_class", "verb_klass"), "missing column(s) verb_class"),
+    (lambda t: t.replace(",2,knife,1,", ",two,knife,1,", 1), "column 'verb_class' is 'two'"),
+    (lambda t: t.replace(",5,onion,4,", ",5,onion,99,", 1), "column 'noun_class' is 99"),
+])
+def test_bad_annotation_file_names_file_row_and_column(tiny_ek100, mutate, message):
+    f = tiny_ek100 / "EPIC_100_train.csv"
+    f.write_text(mutate(f.read_text()))
+    with pytest.raises(UserError) as err:
+        build_compact(tiny_ek100, BuildParams(target_size=3))
+    assert message in str(err.value)
+    assert str(f) in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_file_and_offline_download_errors(tmp_path, monkeypatch):
+    with pytest.raises(UserError, match="no EPIC_100_train.csv"):
+        ek100.locate(tmp_path)
+    monkeypatch.delenv("MMCOMP_DATA_DIR", raising=False)
+    with pytest.raises(UserError, match="--ek100-dir"):
+        ek100.locate(None, offline=True)
+
+
+def _synthetic_ek100(d, n_videos=40, clips=30, seed=0):
+    """Random but plausible videos over the hand-made classes, enough for an MCD split."""
+    import random
+    from conftest import NOUN_CLASSES, VERB_CLASSES, write_classes
+    d.mkdir()
+    write_classes(d)
+    rnd = random.Random(seed)
+    rows = []
+    for v in range(n_videos):
+        video = f"P{10 + v // 10:02d}_{v % 10 + 1:02d}"
+        nouns = rnd.sample(range(len(NOUN_CLASSES)), 3)
+        for i in range(clips):
+            vc = rnd.randrange(len(VERB_CLASSES))
+            nc = rnd.choice(nouns)
+            verb, noun = VERB_CLASSES[vc][1], NOUN_CLASSES[nc][1]
+            rows.append(annotation_row(video, i, f"{verb} {noun.split(':')[-1]} {i}", verb, vc, noun, nc))
+    write_annotations(d / "EPIC_100_train.csv", rows)
+    write_annotations(d / "EPIC_100_validation.csv", [])
+    return d
+
+
+def test_build_is_deterministic_disjoint_cached(tmp_path):
+    d = _synthetic_ek100(tmp_path / "ek")
+    params = BuildParams(seed=3, target_size=300, min_compound_divergence=0.0, max_atom_divergence=0.1)
+    a = build_compact(d, params, cache_root=tmp_path / "c1")
+    b = build_compact(d, params, cache_root=tmp_path / "c2")
+    assert not a.cached and not b.cached
+    for kind in ("compositional", "random"):
+        ids = {s: [r["id"] for r in load_split(a.directory, kind, s)] for s in ("train", "validation", "test")}
+        assert ids == {s: [r["id"] for r in load_split(b.directory, kind, s)] for s in ids}
+        all_ids = [i for s in ids.values() for i in s]
+        assert len(all_ids) == len(set(all_ids)) == 300
+        assert abs(len(ids["validation"]) - len(ids["test"])) <= 1
+    assert {r["id"] for s in ("train", "validation", "test") for r in load_split(a.directory, "random", s)} == \
+        {r["id"] for s in ("train", "validation", "test") for r in load_split(a.directory, "compositional", s)}
+    again = build_compact(d, params, cache_root=tmp_path / "c1")
+    assert again.cached and again.directory == a.directory
+    other = build_compact(d, BuildParams(seed=4, target_size=300, min_compound_divergence=0.0,
+                                         max_atom_divergence=0.1), cache_root=tmp_path / "c1")
+    assert other.directory != a.directory
+    assert [r["id"] for r in load_split(other.directory, "compositional", "train")] != \
+        [r["id"] for r in load_split(a.directory, "compositional", "train")]
+    stats = json.loads((a.directory / "stats.json").read_text())
+    assert stats["compositional"]["sizes"]["train"] == len(load_split(a.directory, "compositional", "train"))
+
+
+def test_failed_build_leaves_no_cache_entry(tmp_path):
+    d = _synthetic_ek100(tmp_path / "ek", n_videos=2, clips=10)
+    with pytest.raises(UserError, match="--target-size"):
+        build_compact(d, BuildParams(target_size=10_000), cache_root=tmp_path / "c")
+    assert list((tmp_path / "c").glob("*")) == [] if (tmp_path / "c").exists() else True
