@@ -1,8 +1,10 @@
 """Timing of the MCD greedy split: brute-force reference vs the incremental one.
 
-Run from the repository root: ``python bench/bench_mcd.py``. Prints a Markdown table.
-The brute-force reference is the one the tests check against (tests/test_mcd.py); both
-are timed on the same subproblem, then the fast one alone on a CompAct-sized problem.
+Run from the repository root: ``python bench/bench_mcd.py`` (about 3 minutes, nearly all
+of it the reference; ``--sub-candidates`` / ``--sub-steps`` shrink that part). Prints
+Markdown tables. The brute-force reference is the one the tests check against
+(tests/test_mcd.py); both are timed on the same subproblem, then the fast one alone on
+two CompAct-sized synthetic problems.
 """
 
 from __future__ import annotations

