@@ -169,3 +169,25 @@ def test_failed_build_leaves_no_cache_entry(tmp_path):
     with pytest.raises(UserError, match="--target-size"):
         build_compact(d, BuildParams(target_size=10_000), cache_root=tmp_path / "c")
     assert list((tmp_path / "c").glob("*")) == [] if (tmp_path / "c").exists() else True
+
+
+def test_reference_build_sizes_divergences_and_premise(reference_ek100):
+    """The full build over the reference EK-100 annotations (cached for the session)."""
+    result = build_compact(reference_ek100)
+    s = result.stats
+    assert s["windows"]["windows_considered"] == 71658
+    assert s["windows"]["windows_kept"] == s["pool_size"] > 25_000
+    comp, rnd = s["compositional"], s["random"]
+    assert sum(comp["sizes"].values()) == sum(rnd["sizes"].values()) == 8766  # the paper's size
+    assert comp["sizes"] == rnd["sizes"]
+    assert abs(comp["sizes"]["validation"] - comp["sizes"]["test"]) <= 1
+    assert 4000 < comp["sizes"]["train"] < 4800  # random side choice: about half (paper: 4,407)
+    assert comp["meets_paper_targets"]
+    assert comp["train_vs_heldout"]["atom_divergence"] <= 0.02
+    assert comp["train_vs_heldout"]["compound_divergence"] > 0.6
+    assert rnd["train_vs_heldout"]["compound_divergence"] < 0.2
+    # the compositional split holds far fewer test targets seen as train targets than the random one
+    seen_comp = comp["test_target_compounds"]["seen_as_train_target_pct"]
+    seen_rnd = rnd["test_target_compounds"]["seen_as_train_target_pct"]
+    assert seen_comp < 25 and seen_rnd > 70
+    assert comp["test_target_compounds"]["both_atoms_seen_in_train_pct"] > 99

@@ -178,7 +178,7 @@ def _divergences(atoms, compounds, train_idx, test_idx) -> dict:
                            ("compound_divergence", compounds, compound_divergence)):
         u, w = _counts(rows, train_idx), _counts(rows, test_idx)
         keys = sorted(set(u) | set(w))
-        out[name] = round(float(fn(np.array([u[k] for k in keys], float), np.array([w[k] for k in keys], float))), 6)
+        out[name] = float(fn(np.array([u[k] for k in keys], float), np.array([w[k] for k in keys], float)))
     return out
 
 
@@ -189,10 +189,12 @@ def _split_stats(split_rows: dict[str, list[dict]], atoms, compounds, split_idx:
     train_atoms_n = {n for r in split_rows["train"] for n in r["noun_classes"]}
     stats: dict = {"sizes": {s: len(split_rows[s]) for s in SPLITS}}
     heldout = np.concatenate([split_idx["validation"], split_idx["test"]])
-    stats["train_vs_heldout"] = _divergences(atoms, compounds, split_idx["train"], heldout)
-    div = stats["train_vs_heldout"]
+    div = _divergences(atoms, compounds, split_idx["train"], heldout)
+    # Judged before rounding: the greedy keeps D_A just under 0.02, which rounds to 0.02.
     stats["meets_paper_targets"] = bool(div["atom_divergence"] < 0.02 and div["compound_divergence"] > 0.6)
-    stats["train_vs_test"] = _divergences(atoms, compounds, split_idx["train"], split_idx["test"])
+    stats["train_vs_heldout"] = {k: round(v, 6) for k, v in div.items()}
+    stats["train_vs_test"] = {k: round(v, 6) for k, v in
+                              _divergences(atoms, compounds, split_idx["train"], split_idx["test"]).items()}
     for s in ("validation", "test"):
         rows = split_rows[s]
         n = max(len(rows), 1)
