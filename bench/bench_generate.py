@@ -34,6 +34,7 @@ import importlib.util
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -171,15 +172,20 @@ def run_worker(python: str, kind: str, prompts_file: Path, env: dict, extra: lis
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         out = Path(fh.name)
     cmd = [python, str(Path(__file__).resolve()), "--worker", kind, "--prompts", str(prompts_file), "--out", str(out), *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         out.unlink(missing_ok=True)
         raise SystemExit(f"{kind} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     result = json.loads(out.read_text())
     out.unlink()
     result["wall_s"] = wall
+    # CPU seconds tell a busy machine from a slow program: on a shared box the
+    # wall time of a 2-thread torch run can triple while its CPU time barely moves.
+    result["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return result
 
 
@@ -268,14 +274,14 @@ def report(prompts: list[dict], results: dict[str, dict], runs: dict[str, list[d
     targets = [p["target"] for p in prompts]
     reference = results.get("raw", {}).get("outputs")
     print(f"{len(prompts)} prompts, batch {BATCH}, {NEW_TOKENS} new tokens, greedy, stop at newline\n")
-    print("| run | wall s | load s | generation s | exact match | EM stripped | same as raw |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| run | wall s | CPU s | load s | generation s | exact match | EM stripped | same as raw |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for kind, r in results.items():
         outs = r["outputs"]
         em = sum(o == t for o, t in zip(outs, targets)) / len(targets)
         em_s = sum(o.strip() == t for o, t in zip(outs, targets)) / len(targets)
         same = f"{sum(o.strip() == x.strip() for o, x in zip(outs, reference))}/{len(outs)}" if reference else "-"
-        print(f"| {kind} | {r['wall_s']:.1f} | {r['load_s']:.1f} | {r['gen_s']:.1f} | {em:.3f} | {em_s:.3f} | {same} |")
+        print(f"| {kind} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['load_s']:.1f} | {r['gen_s']:.1f} | {em:.3f} | {em_s:.3f} | {same} |")
     if any(len(rs) > 1 for rs in runs.values()):
         print("\nall rounds, wall s: " + "; ".join(f"{k} " + " ".join(f"{r['wall_s']:.1f}" for r in rs) for k, rs in runs.items()))
     if "ours" in results and "lm-eval" in results:

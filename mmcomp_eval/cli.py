@@ -14,7 +14,7 @@ import sys
 from mmcomp_eval import __version__
 from mmcomp_eval.errors import UserError
 
-SUBCOMMANDS = ("run", "data", "ls", "validate")
+SUBCOMMANDS = ("run", "data", "ls", "validate", "perturb", "retrieval", "retrieval-report", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,10 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mmcomp-eval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from mmcomp_eval import cli_data, cli_run
+    from mmcomp_eval import cli_compare, cli_data, cli_perturb, cli_retrieval, cli_run
 
     cli_run.add_parsers(sub)
     cli_data.add_parser(sub)
+    cli_perturb.add_parser(sub)
+    cli_retrieval.add_parsers(sub)
+    cli_compare.add_parser(sub)
     return parser
 
 
@@ -38,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = argv  # --num-processes starts the same command again
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"mmcomp-eval: error: {exc}", file=sys.stderr)

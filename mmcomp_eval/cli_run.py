@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--apply-chat-template", action="store_true",
                      help="prompt through the tokenizer's chat template, few-shot examples as turns")
     run.add_argument("--output-path", type=Path, default=None, help="folder for results.json and samples.jsonl")
+    run.add_argument("--batch-size", default=None,
+                     help="requests per forward pass for local models: N, or auto (largest that fits, "
+                          "backing off on out-of-memory); overrides --model-args batch_size")
+    run.add_argument("--cache-dir", type=Path, default=None,
+                     help="folder of the response store that makes runs resumable "
+                          "(default: $MMCOMP_CACHE_DIR/responses, else ~/.cache/mmcomp_eval/responses)")
+    run.add_argument("--no-cache", action="store_true", help="neither read nor write the response store")
+    run.add_argument("--num-processes", type=int, default=1,
+                     help="data-parallel processes on this machine, one per GPU (or use accelerate launch)")
     _common(run)
     run.add_argument("--no-progress", action="store_true")
     run.set_defaults(func=cmd_run)
@@ -50,42 +60,111 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offline", action="store_true", help="never touch the network")
 
 
+def _offline(args) -> bool:
+    """--offline, or the Hugging Face / mmcomp-eval offline variables already set."""
+    from mmcomp_eval.paths import is_offline
+
+    return bool(args.offline) or is_offline()
+
+
+def _go_offline() -> None:
+    """Make every library that could download something refuse to."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "MMCOMP_OFFLINE"):
+        os.environ[var] = "1"
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:  # read at import time: set it on the module too
+        constants.HF_HUB_OFFLINE = True
+
+
 def _data(args) -> DataContext:
-    return DataContext(ek100_dir=args.ek100_dir, offline=args.offline)
+    return DataContext(ek100_dir=args.ek100_dir, offline=_offline(args))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import os
-
+    from mmcomp_eval import parallel
     from mmcomp_eval.evaluator import RunOptions, run
     from mmcomp_eval.models import create_model
     from mmcomp_eval.report import markdown_table
     from mmcomp_eval.results import ResultWriter
     from mmcomp_eval.task_index import TaskIndex
 
-    if args.offline:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["MMCOMP_OFFLINE"] = "1"
+    if args.num_processes != 1:
+        return _launch(args)
+    proc = parallel.current()
+    if proc.world_size > 1 and args.no_cache:
+        raise UserError("data-parallel runs pass answers through the response store; drop --no-cache")
+    if _offline(args):
+        _go_offline()
     if args.seeds < 1:
         raise UserError(f"--seeds {args.seeds}: expected at least 1")
     opts = RunOptions(shots=args.shots, seeds=tuple(range(args.seed, args.seed + args.seeds)), limit=args.limit,
                       split=args.split, sampler=args.sampler, apply_chat_template=args.apply_chat_template,
-                      include_paths=tuple(args.include_path), data=_data(args), progress=not args.no_progress)
+                      include_paths=tuple(args.include_path), data=_data(args),
+                      progress=not args.no_progress and proc.is_main)
     opts.validate()
     index = TaskIndex.build(tuple(args.include_path))
     names = [n.strip() for n in args.tasks.split(",") if n.strip()]
     if not names:
         raise UserError("--tasks is empty; see `mmcomp-eval ls tasks`")
     tasks = index.resolve(names)
-    model = create_model(args.model, args.model_args)
-    from mmcomp_eval.model_args import parse_model_args
+    model_args = _model_args(args, opts.data.offline)
+    model = create_model(args.model, model_args)
+    info = {"name": args.model, "args": model_args, "fingerprint": model.fingerprint()}
+    if not args.no_cache:
+        from mmcomp_eval.caching_model import CachingModel, cache_identity
+        from mmcomp_eval.paths import cache_dir
+        from mmcomp_eval.response_store import ResponseStore
 
-    info = {"name": args.model, "args": parse_model_args(args.model_args), "fingerprint": model.fingerprint()}
-    record = run(tasks, model, info, opts, index, ResultWriter(args.output_path))
+        store = ResponseStore(args.cache_dir or cache_dir() / "responses")
+        model = CachingModel(model, store, cache_identity(model, model_args))
+    record = run(tasks, model, info, opts, index, ResultWriter(args.output_path if proc.is_main else None))
+    if record is None:  # a data-parallel helper: process 0 reports
+        return 0
     print(markdown_table(record.as_dict()))
     if args.output_path:
         print(f"\nresults: {args.output_path / 'results.json'}  samples: {args.output_path / 'samples.jsonl'}")
     return 0
+
+
+def _model_args(args, offline: bool) -> dict:
+    """--model-args, with --batch-size and offline mode folded in where the adapter takes them."""
+    import inspect
+
+    from mmcomp_eval.model_args import parse_model_args
+    from mmcomp_eval.models import MODELS
+
+    margs = parse_model_args(args.model_args)
+    if not args.model:
+        return margs  # create_model names the problem
+    params = inspect.signature(MODELS.get(MODELS.spec(args.model).adapter)).parameters
+    if args.batch_size is not None:
+        if "batch_size" not in params:
+            raise UserError(f"--batch-size: model '{args.model}' takes no batch size")
+        margs["batch_size"] = args.batch_size
+    if offline and "offline" in params and "offline" not in margs:
+        margs["offline"] = True
+    return margs
+
+
+def _launch(args) -> int:
+    """--num-processes N: the same command as N data-parallel processes."""
+    from mmcomp_eval import parallel
+
+    if args.num_processes < 1:
+        raise UserError(f"--num-processes {args.num_processes}: expected at least 1")
+    if parallel.current().world_size > 1:
+        raise UserError("--num-processes inside accelerate launch/torchrun: let the launcher start the processes")
+    if args.no_cache:
+        raise UserError("data-parallel runs pass answers through the response store; drop --no-cache")
+    argv, skip = [], False
+    for a in args.argv:
+        if skip:
+            skip = False
+        elif a == "--num-processes":
+            skip = True
+        elif not a.startswith("--num-processes="):
+            argv.append(a)
+    return parallel.launch(argv, args.num_processes)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

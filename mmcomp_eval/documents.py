@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from mmcomp_eval.api.document import Document
+from mmcomp_eval.data.captions import register_task_loaders
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.registry import Registry
 from mmcomp_eval.task_config import TaskConfig
@@ -45,6 +46,10 @@ def load_documents(task: TaskConfig, split: str, ctx: DataContext) -> list[Docum
             raise UserError(f"task {task.task}: document {doc_id} has no target field '{task.target_field}'"
                             f"{did_you_mean(task.target_field, row)}")
         docs.append(Document(doc_id, row))
+    if task.perturbation is not None and (split == task.eval_split or split != task.fewshot_split):
+        from mmcomp_eval.perturb.documents import perturb_documents
+
+        docs = perturb_documents(task, docs)
     return docs
 
 
@@ -93,3 +98,6 @@ def load_jsonl(task: TaskConfig, split: str, ctx: DataContext) -> list[dict]:
     except FileNotFoundError:
         raise UserError(f"{path}: file not found (dataset of task {task.task}, split {split})") from None
     return rows
+
+
+register_task_loaders(LOADERS)  # msrvtt, msvd, didemo, vatex, charades, lsmdc (mmcomp_eval.data.captions)

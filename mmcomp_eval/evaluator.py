@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from mmcomp_eval import bootstrap, parallel
 from mmcomp_eval.aggregate import aggregate
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.model import Model
@@ -22,6 +23,7 @@ from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, Logli
 from mmcomp_eval.documents import DataContext, load_documents
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.fewshot import build_sampler
+from mmcomp_eval.media.resolver import TaskMedia
 from mmcomp_eval.prompting import PromptTemplate, RenderedPrompt
 from mmcomp_eval.responses import parse_generation, parse_ranking
 from mmcomp_eval.results import ResultWriter, RunRecord, sha256_json
@@ -62,6 +64,7 @@ class PreparedTask:
     prompts: dict[int, list[RenderedPrompt]]   # seed -> one prompt per doc
     shot_ids: dict[int, list[list[str]]]       # seed -> shot ids per doc
     choices: tuple[str, ...] = ()
+    media: TaskMedia | None = None             # keyframes of image prompts, skipped documents
 
 
 def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) -> PreparedTask:
@@ -92,8 +95,18 @@ def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) 
     if n_images and max_images is not None and n_images > max_images:
         raise UserError(f"task {task.task}: prompts hold up to {n_images} images but model '{model.name}' "
                         f"takes at most {max_images}; use fewer shots")
+    media = None
+    if n_images and getattr(model, "reads_images", True):  # a VLM run text-only (images=false) needs no frames
+        media = TaskMedia.materialise(task, docs, pool, prompts, progress=opts.progress)
+        keep = [i for i, d in enumerate(docs) if d.id not in media.skipped]
+        if not keep:
+            raise UserError(f"task {task.task}: every document was skipped for unreadable media; "
+                            f"first reason: {next(iter(media.skipped.values()))}")
+        docs = [docs[i] for i in keep]
+        prompts = {s: [ps[i] for i in keep] for s, ps in prompts.items()}
+        shot_ids = {s: [ids[i] for i in keep] for s, ids in shot_ids.items()}
     choices = _choices(task, opts) if task.output_type == "rank_choices" else ()
-    return PreparedTask(task, split, docs, k, template, prompts, shot_ids, choices)
+    return PreparedTask(task, split, docs, k, template, prompts, shot_ids, choices, media)
 
 
 def _choices(task: TaskConfig, opts: RunOptions) -> tuple[str, ...]:
@@ -107,27 +120,41 @@ def _choices(task: TaskConfig, opts: RunOptions) -> tuple[str, ...]:
     return tuple(plain_noun(c.key) for c in index.nouns.values())
 
 
+def requests_for(prepared: PreparedTask, seed: int) -> tuple[str, list, dict]:
+    """(kind, requests, extra keyword arguments) one seed of a task sends to the model.
+
+    Separate from :func:`predict` so that data-parallel processes can answer
+    slices of exactly the requests the single-process run will ask.
+    """
+    task = prepared.config
+    prompts = prepared.prompts[seed]
+    if task.output_type == "rank_choices":
+        reqs = [LoglikelihoodRequest(d.id, p.text, tuple(" " + c for c in prepared.choices), p.messages)
+                for d, p in zip(prepared.docs, prompts)]
+        return "loglikelihood", reqs, {}
+    g = task.generation
+    settings = GenerationSettings(max_new_tokens=g.max_new_tokens, stop=g.stop, do_sample=g.do_sample,
+                                  temperature=g.temperature, top_p=g.top_p, seed=seed)
+    reqs = [GenerationRequest(d.id, p.text, settings, p.messages, tuple(f"{i.doc_id}#{i.clip}" for i in p.images))
+            for d, p in zip(prepared.docs, prompts)]
+    images = {"images": prepared.media.images_for(reqs)} if prepared.media else {}
+    return "generate", reqs, images
+
+
 def predict(prepared: PreparedTask, model: Model, seed: int, progress: bool) -> tuple[list[str], list[str]]:
     """(raw outputs, parsed predictions) for one seed."""
     task = prepared.config
     if model.uses_documents:
         preds = model.predict_from_documents(prepared.docs, task.answer_kind)
         return preds, preds
-    prompts = prepared.prompts[seed]
-    bar = tqdm(total=len(prompts), desc=f"{task.task} seed {seed}", disable=not progress, unit="req")
+    kind, reqs, extra = requests_for(prepared, seed)
+    bar = tqdm(total=len(reqs), desc=f"{task.task} seed {seed}", disable=not progress, unit="req")
     try:
-        if task.output_type == "rank_choices":
-            reqs = [LoglikelihoodRequest(d.id, p.text, tuple(" " + c for c in prepared.choices), p.messages)
-                    for d, p in zip(prepared.docs, prompts)]
-            scores = model.loglikelihood(reqs, progress=bar.update)
+        if kind == "loglikelihood":
+            scores = model.loglikelihood(reqs, progress=bar.update, **extra)
             preds = [parse_ranking(prepared.choices, s) for s in scores]
             return preds, preds
-        g = task.generation
-        settings = GenerationSettings(max_new_tokens=g.max_new_tokens, stop=g.stop, do_sample=g.do_sample,
-                                      temperature=g.temperature, top_p=g.top_p, seed=seed)
-        reqs = [GenerationRequest(d.id, p.text, settings, p.messages, tuple(f"{i.doc_id}#{i.clip}" for i in p.images))
-                for d, p in zip(prepared.docs, prompts)]
-        raw = model.generate(reqs, progress=bar.update)
+        raw = model.generate(reqs, progress=bar.update, **extra)
     finally:
         bar.close()
     return raw, [parse_generation(r) for r in raw]
@@ -159,22 +186,32 @@ def metric_resources(tasks: Sequence[TaskConfig], opts: RunOptions):
 
 
 def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOptions, index: TaskIndex,
-        writer: ResultWriter) -> RunRecord:
+        writer: ResultWriter) -> RunRecord | None:
+    """Evaluate; ``None`` in a data-parallel helper process (process 0 writes the results)."""
     opts.validate()
     prepared = [prepare(t, model, opts, index) for t in tasks]  # all checks before any inference
+    proc = parallel.current()
+    if proc.world_size > 1 and not model.uses_documents:
+        parallel.answer_shard(model, [requests_for(p, s) for p in prepared for s in opts.seeds], proc)
+    if not proc.is_main:
+        return None
     resources = metric_resources(tasks, opts)
     record = RunRecord(model=model_info, config=_run_config(opts))
     for p in prepared:
         per_seed: dict[str, list[float]] = {}
         details: dict = {}
+        seed_runs: list[tuple[list[str], dict]] = []
         for seed in opts.seeds:
             raw, preds = predict(p, model, seed, opts.progress)
             scored = score(p, preds, resources)
             writer.append_samples(_sample_rows(p, seed, raw, preds, scored))
+            seed_runs.append((preds, {name: result for name, (result, _) in scored.items()}))
             for name, (result, describe) in scored.items():
                 per_seed.setdefault(name, []).append(result.value)
                 details[name] = describe
-        record.tasks[p.config.task] = _task_record(p, per_seed, details, opts)
+        stderr = bootstrap.task_stderr(p.config, p.docs, seed_runs, resources)
+        record.tasks[p.config.task] = _task_record(p, per_seed, details, opts, stderr)
+        record.cache = model.cache_report() if hasattr(model, "cache_report") else {"enabled": False}
         writer.write_results(record)
     return record
 
@@ -203,8 +240,9 @@ def _sample_rows(p: PreparedTask, seed: int, raw: list[str], preds: list[str], s
     return rows
 
 
-def _task_record(p: PreparedTask, per_seed: dict, details: dict, opts: RunOptions) -> dict:
-    metrics = {name: aggregate(name, values).as_dict() for name, values in per_seed.items()}
+def _task_record(p: PreparedTask, per_seed: dict, details: dict, opts: RunOptions, stderr: dict | None = None) -> dict:
+    metrics = {name: {**aggregate(name, values).as_dict(), **(stderr or {}).get(name, {})}
+               for name, values in per_seed.items()}
     return {
         "config": asdict(p.config),
         "split": p.split,
@@ -216,4 +254,5 @@ def _task_record(p: PreparedTask, per_seed: dict, details: dict, opts: RunOption
         "prompts_sha256": {str(s): sha256_json([[x.text, x.images] for x in ps]) for s, ps in p.prompts.items()},
         "metrics": metrics,
         "metric_details": details,
+        **(p.media.record() if p.media else {"n_skipped": 0}),
     }

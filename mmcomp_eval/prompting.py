@@ -81,6 +81,10 @@ class PromptTemplate:
                             "check the template's variable names against the document fields") from None
         except jinja2.exceptions.SecurityError as exc:
             raise UserError(f"{self.path}: template tried an unsafe operation ({exc})") from None
+        except jinja2.TemplateNotFound as exc:  # include/import of a file outside the template's folder
+            raise UserError(f"{self.path}: template '{exc.name}' not found next to {self.path.name}") from None
+        except OverflowError as exc:  # the sandbox's cap on range()
+            raise UserError(f"{self.path}: {exc} while rendering document {doc.id}") from None
         return RenderedPrompt(text.strip(), messages, in_text_order)
 
     def _chat(self, ctx: dict, doc: Document, shots: Sequence[Document], instruction: str):

@@ -59,6 +59,8 @@ class RunRecord:
     model: dict
     config: dict
     tasks: dict = field(default_factory=dict)
+    #: the response store: path, model key, hits and misses (``{"enabled": false}`` with --no-cache)
+    cache: dict = field(default_factory=lambda: {"enabled": False})
     created: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     command: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -72,6 +74,7 @@ class RunRecord:
             "model": self.model,
             "config": self.config,
             "tasks": self.tasks,
+            "cache": self.cache,
         }
 
 

@@ -66,6 +66,42 @@ class MetricConfig:
 
 
 @dataclass(frozen=True)
+class MediaConfig:
+    """Where a task's keyframes come from (see ``mmcomp_eval.media``).
+
+    Roots are EK-100 trees (``P01/rgb_frames/P01_01/`` or ``P01/videos/P01_01.MP4``),
+    relative to the task file, ``~`` and ``$VARS`` expanded; when both are
+    unset, ``$MMCOMP_MEDIA_DIR`` serves as both.
+    """
+
+    frames_root: str | None = None
+    videos_root: str | None = None
+    #: ``middle``, ``uniform`` or ``informative`` (see ``mmcomp_eval.media.keyframes``)
+    keyframe: str = "middle"
+    keyframe_options: dict = field(default_factory=dict)
+    #: shorter side of keyframes in pixels (0 keeps the source size)
+    resize: int = 256
+    #: a document whose frames cannot be read: ``stop`` the run, or ``skip`` it (counted in the results)
+    on_error: str = "stop"
+
+
+@dataclass(frozen=True)
+class PerturbationConfig:
+    """Perturb one field of every evaluation document (ICSVR, ``mmcomp_eval.perturb``).
+
+    The original text is kept as ``<field>_original``. Applied to the split
+    being evaluated, never to a separate few-shot split, so shots stay clean.
+    """
+
+    #: one of ``mmcomp_eval.perturb.KINDS`` (objattrrem, objshift, ..., rev)
+    kind: str
+    #: the document field holding the text to perturb
+    field: str
+    seed: int = 0
+    spacy_model: str = "en_core_web_sm"
+
+
+@dataclass(frozen=True)
 class TaskConfig:
     task: str
     dataset: DatasetConfig
@@ -86,6 +122,10 @@ class TaskConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     #: the task puts images in its prompts (vision-language models only)
     requires_images: bool = False
+    #: where the keyframes of image prompts come from
+    media: MediaConfig | None = None
+    #: perturb a field of the evaluation documents
+    perturbation: PerturbationConfig | None = None
     #: where the task was read from (set by the loader, not by YAML)
     source: str = ""
 
@@ -102,6 +142,12 @@ class TaskConfig:
             raise UserError(f"{where}: generation.max_new_tokens must be at least 1")
         if not self.metrics:
             raise UserError(f"{where}: 'metrics' is empty; name at least one metric")
+        if self.media is not None:
+            _one_of(where, "media.on_error", self.media.on_error, ("stop", "skip"))
+        if self.perturbation is not None:
+            from mmcomp_eval.perturb.kinds import KINDS
+
+            _one_of(where, "perturbation.kind", self.perturbation.kind, KINDS)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmcomp_eval import plugins
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.paths import REPO_ROOT
 from mmcomp_eval.task_config import GroupConfig, TaskConfig, load_task_file
@@ -28,10 +29,12 @@ class TaskIndex:
     def build(cls, include_paths: tuple[Path, ...] = ()) -> TaskIndex:
         tasks: dict[str, TaskConfig] = {}
         groups: dict[str, GroupConfig] = {}
-        dirs = (BUILTIN_TASKS, *(Path(p) for p in include_paths))
-        for d in dirs[1:]:
+        user = tuple(Path(p) for p in include_paths)
+        for d in user:
             if not d.is_dir():
                 raise UserError(f"--include-path {d}: not a folder of task YAML files")
+        plugin = dict(plugins.task_dirs())  # folder -> which plugin; may not shadow earlier names
+        dirs = (BUILTIN_TASKS, *plugin, *user)
         for d in dirs:
             seen_here: dict[str, Path] = {}
             for path in sorted(d.rglob("*.yaml")):
@@ -42,6 +45,8 @@ class TaskIndex:
                 if name in seen_here:
                     raise UserError(f"{path}: task '{name}' is also defined in {seen_here[name]}; rename one")
                 seen_here[name] = path
+                if d in plugin and (name in tasks or name in groups):
+                    raise UserError(f"{path}: {plugin[d]} defines task '{name}', which already exists; rename it")
                 (groups if isinstance(cfg, GroupConfig) else tasks)[name] = cfg
         return cls(tasks, groups, dirs)
 

@@ -130,7 +130,7 @@ def test_smollm2_five_shot_compact_nup(reference_ek100, tmp_path, capsys):
         out_dir = tmp_path / name
         rc, out, err = _run(capsys, "--model", "smollm2-135m", "--tasks", "compact_nup", "--shots", "5",
                             "--limit", "6", "--offline", "--no-progress", "--ek100-dir", str(reference_ek100),
-                            "--output-path", str(out_dir))
+                            "--output-path", str(out_dir), "--no-cache")  # b must really run the model again
         assert rc == 0, err
         runs.append(out_dir)
     res = json.loads((runs[0] / "results.json").read_text())["tasks"]["compact_nup"]
@@ -159,3 +159,35 @@ def test_mrh_through_the_evaluator_matches_the_builder(reference_ek100, tmp_path
     assert tasks["compact_verb"]["metrics"]["category_accuracy"]["mean"] == pytest.approx(expected["verb_ca"], abs=0.006)
     assert tasks["compact_noun"]["metrics"]["exact_match"]["mean"] == pytest.approx(expected["noun_em"], abs=0.006)
     assert tasks["compact_noun"]["metrics"]["category_accuracy"]["mean"] == pytest.approx(expected["noun_ca"], abs=0.006)
+
+
+RANK_TASK = """
+task: rank_verbs
+dataset:
+  name: jsonl
+  options:
+    files: {test: docs.jsonl, train: docs.jsonl}
+target_field: answer
+answer_kind: verb
+output_type: rank_choices
+choices: ek100_verb_classes
+prompt: {template: echo.jinja, instruction: "Which verb?"}
+fewshot: {sampler: none, k: 0}
+metrics: [exact_match]
+"""
+
+
+def test_atom_classification_by_ranking_class_names(user_tasks, tiny_llama_dir, tiny_ek100, tmp_path, capsys):
+    """rank_choices scores every EK-100 class name and predicts the most likely one."""
+    from conftest import VERB_CLASSES
+
+    (user_tasks / "rank_verbs.yaml").write_text(RANK_TASK)
+    out_dir = tmp_path / "rank"
+    rc, out, err = _run(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir}", "--tasks",
+                        "rank_verbs", "--include-path", str(user_tasks), "--ek100-dir", str(tiny_ek100),
+                        "--output-path", str(out_dir), "--no-progress")
+    assert rc == 0, err
+    samples = [json.loads(line) for line in (out_dir / "samples.jsonl").read_text().splitlines()]
+    class_names = {key.replace("-", " ") for _, key, _, _ in VERB_CLASSES}
+    assert len(samples) == 6
+    assert all(s["prediction"] in class_names for s in samples)

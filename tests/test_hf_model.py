@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -93,27 +94,29 @@ def tiny(tiny_dir):
     return create_model("hf", {"pretrained": str(tiny_dir), "batch_size": 3})
 
 
+@pytest.fixture(scope="module")
+def tiny_one(tiny_dir):
+    return create_model("hf", {"pretrained": str(tiny_dir), "batch_size": 1})
+
+
+@pytest.fixture(scope="module")
+def tiny_wide(tiny_dir):
+    return create_model("hf", {"pretrained": str(tiny_dir), "batch_size": 16})
+
+
 def _requests(settings: GenerationSettings, prompts=PROMPTS):
     return [GenerationRequest(f"r{i}", p, settings) for i, p in enumerate(prompts)]
 
 
-def _with_batch_size(model: HFCausalLM, size: int, call):
-    saved, model.batch_size = model.batch_size, size
-    try:
-        return call()
-    finally:
-        model.batch_size = saved
-
-
-def test_batched_greedy_equals_one_by_one_in_request_order(tiny):
+def test_batched_greedy_equals_one_by_one_in_request_order(tiny, tiny_one, tiny_wide):
     settings = GenerationSettings(max_new_tokens=6, stop=())
     reqs = _requests(settings)
     done: list[int] = []
     batched = tiny.generate(reqs, progress=done.append)
     single = [tiny.generate([r])[0] for r in reqs]
     assert batched == single
-    assert _with_batch_size(tiny, 1, lambda: tiny.generate(reqs)) == single
-    assert _with_batch_size(tiny, 16, lambda: tiny.generate(reqs)) == single
+    assert tiny_one.generate(reqs) == single
+    assert tiny_wide.generate(reqs) == single
     assert sum(done) == len(reqs) and len(done) == 3  # 7 requests in batches of 3
     assert all(out and not out[0].isspace() for out in batched)
     assert len(set(batched)) > 3  # the random model is not degenerate
@@ -169,7 +172,7 @@ def test_chat_messages_render_with_the_chat_template(tiny):
     assert via_chat == via_text
 
 
-def test_loglikelihood_matches_a_manual_forward_pass(tiny):
+def test_loglikelihood_matches_a_manual_forward_pass(tiny, tiny_one):
     reqs = [
         LoglikelihoodRequest("a", "take plate . put down plate =>", (" open drawer", " take knife", " wash")),
         LoglikelihoodRequest("b", "The quick brown fox ", ("jumps", "sleeps over the lazy dog")),
@@ -190,7 +193,7 @@ def test_loglikelihood_matches_a_manual_forward_pass(tiny):
                 logp = tiny.model(torch.tensor([ids])).logits[0].log_softmax(-1)
             want = sum(float(logp[t - 1, ids[t]]) for t in range(n_ctx, len(ids)))
             assert got == pytest.approx(want, abs=1e-4)
-    one_by_one = _with_batch_size(tiny, 1, lambda: tiny.loglikelihood(reqs))
+    one_by_one = tiny_one.loglikelihood(reqs)
     for row, again in zip(scores, one_by_one):
         assert again == pytest.approx(row, abs=1e-4)
 
@@ -211,19 +214,19 @@ def test_fingerprint_names_what_changes_answers(tiny, tiny_dir):
 def test_bad_arguments_are_one_line_user_errors(tiny_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     cases = [
-        ("hf", {"pretrained": str(tiny_dir), "dtype": "float8"}, "dtype='float8'"),
-        ("hf", {"pretrained": str(tiny_dir), "batch_size": 0}, "batch_size=0"),
-        ("hf", {"pretrained": str(tmp_path / "missing")}, "does not exist"),
-        ("hf", {"pretrained": str(tiny_dir), "gguf_file": "nope.gguf"}, "'nope.gguf' is not in"),
-        ("llama2-7b", {"local_files_only": True}, "'meta-llama/Llama-2-7b-hf'"),
+        ("hf", {"pretrained": str(tiny_dir), "dtype": "float8"}, r"dtype='float8'"),
+        ("hf", {"pretrained": str(tiny_dir), "batch_size": 0}, r"batch.size\W+0"),
+        ("hf", {"pretrained": str(tmp_path / "missing")}, r"missing does not exist"),
+        ("hf", {"pretrained": str(tiny_dir), "gguf_file": "nope.gguf"}, r"'nope\.gguf' is not in"),
+        ("llama2-7b", {"local_files_only": True}, r"'meta-llama/Llama-2-7b-hf'"),
     ]
     if not torch.cuda.is_available():
-        cases.append(("hf", {"pretrained": str(tiny_dir), "device": "cuda:0"}, "CUDA is not available"))
-        cases.append(("hf", {"pretrained": str(tiny_dir), "load_in_4bit": True}, "needs CUDA"))
-    for name, args, message in cases:
+        cases.append(("hf", {"pretrained": str(tiny_dir), "device": "cuda:0"}, r"CUDA is not available"))
+        cases.append(("hf", {"pretrained": str(tiny_dir), "load_in_4bit": True}, r"needs CUDA"))
+    for name, args, pattern in cases:
         with pytest.raises(UserError) as err:
             create_model(name, args)
-        assert message in str(err.value), str(err.value)
+        assert re.search(pattern, str(err.value)), str(err.value)
         assert "\n" not in str(err.value)
     with pytest.raises(UserError) as err:
         create_model("llama2-7b-chat", "offline=true")

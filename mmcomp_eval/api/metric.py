@@ -26,6 +26,24 @@ class MetricResult:
 class Metric(ABC):
     name: str = "metric"
     higher_is_better: bool = True
+    #: the corpus value is the mean of the per-sample scores, so bootstrap
+    #: resamples per-sample scores; corpus statistics (BLEU) set False and are
+    #: recomputed on every resample (fast through ``corpus_stats``/``from_stats``)
+    decomposable: bool = True
+
+    def corpus_stats(self, predictions: Sequence[str], references: Sequence[str],
+                     docs: Sequence[Document]) -> list[tuple[float, ...]] | None:
+        """Per-sample sufficient statistics that add up over a corpus, or None.
+
+        A non-decomposable metric that provides them (with :meth:`from_stats`)
+        is bootstrapped by summing rows instead of calling :meth:`compute`
+        a thousand times.
+        """
+        return None
+
+    def from_stats(self, totals: Sequence[float]) -> float:
+        """The corpus value (0-100) from summed :meth:`corpus_stats` rows."""
+        raise NotImplementedError
 
     @abstractmethod
     def compute(

@@ -10,6 +10,11 @@ from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.request import GenerationRequest, LoglikelihoodRequest
 
 ProgressCallback = Callable[[int], None]  # called with the number of requests just finished
+#: ``on_result(i, answer)``: request ``i`` is finished. Optional: an adapter
+#: whose ``generate``/``loglikelihood`` accept an ``on_result`` keyword lets
+#: the response store commit each answer the moment it exists (see
+#: ``mmcomp_eval.caching_model``); adapters without it still work, batch by batch.
+ResultCallback = Callable[[int, Any], None]
 
 
 class Model(ABC):

@@ -16,6 +16,9 @@ from mmcomp_eval.api.metric import Metric
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.metrics import bertscore, bleu, category_accuracy, exact_match  # noqa: F401  (register)
 from mmcomp_eval.metrics.registry import METRICS, MetricResources
+from mmcomp_eval.plugins import register_metrics
+
+register_metrics(METRICS)  # entry points "mmcomp_eval.metrics" of installed packages
 
 __all__ = ["METRICS", "MetricResources", "build_metric", "metric_options"]
 

@@ -87,6 +87,7 @@ class Bleu(Metric):
     """
 
     name = "bleu"
+    decomposable = False
 
     def __init__(self, resources: MetricResources = NO_RESOURCES, *, max_n: int = 1):
         if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
@@ -98,6 +99,24 @@ class Bleu(Metric):
         check_lengths(self.name, predictions, references)
         corpus, per_pair = bleu(predictions, references, self.max_n)
         return MetricResult(self.name, 100 * corpus, tuple(100 * s for s in per_pair))
+
+    def corpus_stats(self, predictions: Sequence[str], references: Sequence[str],
+                     docs: Sequence[Document] = ()) -> list[tuple[float, ...]]:
+        """Per pair: clipped matches and candidate n-grams per order, candidate and reference length."""
+        check_lengths(self.name, predictions, references)
+        rows = []
+        for cand, ref in zip(predictions, references):
+            c = _Counts(self.max_n)
+            c.add(cand.split(), ref.split())
+            rows.append((*c.clipped, *c.total, c.cand_len, c.ref_len))
+        return rows
+
+    def from_stats(self, totals: Sequence[float]) -> float:
+        c = _Counts(self.max_n)
+        n = self.max_n
+        c.clipped, c.total = list(totals[:n]), list(totals[n : 2 * n])
+        c.cand_len, c.ref_len = totals[2 * n], totals[2 * n + 1]
+        return 100 * c.score()
 
     def describe(self) -> dict:
         return {

@@ -7,6 +7,11 @@ import is cheap.
 """
 
 from mmcomp_eval.models import hf  # noqa: F401  (registers "hf" and its presets)
+from mmcomp_eval.models import idefics  # noqa: F401  (registers "idefics" and its presets)
+from mmcomp_eval.models import flamingo  # noqa: F401  (registers "open_flamingo", "otter" and presets)
 from mmcomp_eval.models.registry import MODELS, ModelRegistry, ModelSpec, create_model
+from mmcomp_eval.plugins import register_models
+
+register_models(MODELS)  # entry points "mmcomp_eval.models" of installed packages
 
 __all__ = ["MODELS", "ModelRegistry", "ModelSpec", "create_model"]

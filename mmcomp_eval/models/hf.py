@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmcomp_eval.api.model import Model, ProgressCallback
+from mmcomp_eval.api.model import Model, ProgressCallback, ResultCallback
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import gguf_cache
+from mmcomp_eval.models.batching import DEFAULT_MAX_BATCH, BatchSizer, parse_batch_size, run_batches
 from mmcomp_eval.models.registry import MODELS
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ class HFCausalLM(Model):
         device_map: str | dict | None = None,
         load_in_4bit: bool = False,
         load_in_8bit: bool = False,
-        batch_size: int = 8,
+        batch_size: int | str = 8,
+        max_batch_size: int = DEFAULT_MAX_BATCH,
         max_length: int | None = None,
         trust_remote_code: bool = False,
         local_files_only: bool = False,
@@ -66,15 +68,15 @@ class HFCausalLM(Model):
     ):
         if dtype not in DTYPES:
             raise UserError(f"model argument dtype={dtype!r} is not one of {', '.join(DTYPES)}")
-        if batch_size < 1:
-            raise UserError(f"model argument batch_size={batch_size} must be at least 1")
+        batch_size = parse_batch_size(batch_size)
         if load_in_4bit and load_in_8bit:
             raise UserError("model arguments load_in_4bit and load_in_8bit exclude each other")
         self.pretrained = pretrained
         self.gguf_file = gguf_file
         self.revision = revision
         self.dtype_arg = dtype
-        self.batch_size = batch_size
+        self.batch_size = batch_size  # an int, or "auto" (see models/batching.py)
+        self._sizer = BatchSizer(batch_size, max_batch_size)
         self.local_files_only = local_files_only or offline
         self.trust_remote_code = trust_remote_code
         self.quantization = "4bit" if load_in_4bit else "8bit" if load_in_8bit else None
@@ -90,7 +92,9 @@ class HFCausalLM(Model):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        # Argument checks first: a typo should not cost a model load.
         quantization_config = _bnb_config(self.quantization, self.dtype_arg) if self.quantization else None
+        target = _device(device) if device_map is None and quantization_config is None else None
         source = _resolve_pretrained(self.pretrained)
         load_kwargs: dict[str, Any] = {
             "revision": self.revision,
@@ -112,8 +116,8 @@ class HFCausalLM(Model):
         with _naming_bad_gguf(gguf_path):
             self.model = _guard(self.pretrained, lambda: AutoModelForCausalLM.from_pretrained(source, **model_kwargs))
         self.model.eval()
-        if device_map is None:
-            self.model.to(_device(device))
+        if target is not None:
+            self.model.to(target)
         self.device = self.model.device
 
         tok_source = tokenizer_id or source
@@ -170,7 +174,8 @@ class HFCausalLM(Model):
     # -- generation --------------------------------------------------------
 
     def generate(
-        self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None
+        self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None,
+        on_result: ResultCallback | None = None,
     ) -> list[str]:
         encoded = [self._encode_request(r) for r in requests]
         results: list[str] = [""] * len(requests)
@@ -189,11 +194,13 @@ class HFCausalLM(Model):
                     f"in the model's {self.max_length} tokens"
                 )
             indices.sort(key=lambda i: -len(encoded[i]))  # stable: ties keep request order
-            for start in range(0, len(indices), self.batch_size):
-                batch = indices[start : start + self.batch_size]
-                texts = self._generate_batch([_left_truncate(encoded[i], budget) for i in batch], settings)
+            width = lambda b: min(len(encoded[b[0]]), budget) + settings.max_new_tokens  # noqa: E731
+            run = lambda b: self._generate_batch([_left_truncate(encoded[i], budget) for i in b], settings)  # noqa: E731
+            for batch, texts in run_batches(indices, width, self._sizer, run):
                 for i, text in zip(batch, texts):
                     results[i] = text
+                    if on_result:
+                        on_result(i, text)
                 if progress:
                     progress(len(batch))
         return results
@@ -232,10 +239,9 @@ class HFCausalLM(Model):
     # -- scoring -----------------------------------------------------------
 
     def loglikelihood(
-        self, requests: Sequence[LoglikelihoodRequest], progress: ProgressCallback | None = None
+        self, requests: Sequence[LoglikelihoodRequest], progress: ProgressCallback | None = None,
+        on_result: ResultCallback | None = None,
     ) -> list[list[float]]:
-        import torch
-
         pairs: list[tuple[int, int, list[int], int]] = []  # (request, continuation, tokens, context length)
         for r_idx, request in enumerate(requests):
             context = self._render(request.context, request.messages)
@@ -244,25 +250,41 @@ class HFCausalLM(Model):
                 pairs.append((r_idx, c_idx, tokens, n_ctx))
         scores = [[0.0] * len(r.continuations) for r in requests]
         remaining = [len(r.continuations) for r in requests]
+        for r_idx, n in enumerate(remaining):
+            if n == 0 and on_result:
+                on_result(r_idx, scores[r_idx])
         if progress and any(n == 0 for n in remaining):
             progress(sum(n == 0 for n in remaining))
         order = sorted(range(len(pairs)), key=lambda p: -len(pairs[p][2]))
-        for start in range(0, len(order), self.batch_size):
-            batch = [pairs[p] for p in order[start : start + self.batch_size]]
-            input_ids, attention_mask = self._pad([b[2] for b in batch], left=False)
-            with torch.inference_mode():
-                logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        width = lambda b: len(pairs[b[0]][2])  # noqa: E731
+        run = lambda b: self._score_batch([pairs[p] for p in b])  # noqa: E731
+        for batch, values in run_batches(order, width, self._sizer, run):
             done = 0
-            for row, (r_idx, c_idx, tokens, n_ctx) in enumerate(batch):
-                # logits at position t predict token t + 1
-                step = logits[row, n_ctx - 1 : len(tokens) - 1].float().log_softmax(-1)
-                target = torch.tensor(tokens[n_ctx:], device=step.device)
-                scores[r_idx][c_idx] = float(step.gather(-1, target[:, None]).sum())
+            for p, value in zip(batch, values):
+                r_idx, c_idx = pairs[p][0], pairs[p][1]
+                scores[r_idx][c_idx] = value
                 remaining[r_idx] -= 1
-                done += remaining[r_idx] == 0
+                if remaining[r_idx] == 0:
+                    done += 1
+                    if on_result:
+                        on_result(r_idx, scores[r_idx])
             if progress and done:
                 progress(done)
         return scores
+
+    def _score_batch(self, batch: list[tuple[int, int, list[int], int]]) -> list[float]:
+        import torch
+
+        input_ids, attention_mask = self._pad([b[2] for b in batch], left=False)
+        with torch.inference_mode():
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        out = []
+        for row, (_, _, tokens, n_ctx) in enumerate(batch):
+            # logits at position t predict token t + 1
+            step = logits[row, n_ctx - 1 : len(tokens) - 1].float().log_softmax(-1)
+            target = torch.tensor(tokens[n_ctx:], device=step.device)
+            out.append(float(step.gather(-1, target[:, None]).sum()))
+        return out
 
     def _encode_pair(self, context: str, continuation: str, chat: bool) -> tuple[list[int], int]:
         """Tokens of context + continuation and how many belong to the context.
@@ -332,6 +354,7 @@ class HFCausalLM(Model):
             "revision": commit or self.revision,
             "gguf_file": self.gguf_file,
             "gguf_sha256": self.gguf_sha256,
+            "weights_stat": None if self.gguf_sha256 else _local_weights_stat(self.loaded_from),
             "dtype": str(self.model.dtype).removeprefix("torch."),
             "quantization": self.quantization,
             "architecture": type(self.model).__name__,
@@ -343,6 +366,29 @@ class HFCausalLM(Model):
 
 
 # -- module helpers ------------------------------------------------------------
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model")
+
+
+def _local_weights_stat(folder: str) -> str | None:
+    """A cheap identity of a local checkpoint folder: names, sizes and mtimes of its files.
+
+    Local folders have no Hub commit, and hashing gigabytes of weights on
+    every run is too slow; a retrained checkpoint written over the old one
+    changes sizes or mtimes, so cached answers of the old one are not reused.
+    """
+    path = Path(folder) if folder else None
+    if path is None or not path.is_dir():
+        return None
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(path.iterdir()):
+        if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES):
+            st = f.stat()
+            h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
 
 
 def _resolve_pretrained(pretrained: str) -> str:
@@ -393,7 +439,10 @@ def _device(device: str | None) -> torch.device:
     import torch
 
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        # one GPU per data-parallel process (accelerate launch / --num-processes)
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     try:
         dev = torch.device(device)
     except RuntimeError:

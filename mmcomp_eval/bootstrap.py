@@ -1,0 +1,131 @@
+"""Bootstrap over documents: standard errors in results.json, paired tests in ``compare``.
+
+Every statistic here is "the task's reported value on a resample of its
+documents": the mean over seeds of the metric's corpus value, the same
+document indices used for every seed (and, in a paired comparison, for both
+runs). For metrics whose corpus value is the mean of per-sample scores that
+is a mean of resampled scores; for corpus statistics such as BLEU the metric
+is recomputed on each resample (from summed sufficient statistics when the
+metric provides them, else by calling ``compute``), which is what makes the
+BLEU interval honest: per-pair BLEU scores do not average to corpus BLEU.
+
+Resamples come from ``numpy.random.default_rng(seed)`` in fixed-size
+chunks, so the numbers are reproducible for a given seed and resample count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from mmcomp_eval.api.document import Document
+
+N_RESAMPLES = 1000
+SEED = 0
+Statistic = Callable[[np.ndarray], np.ndarray]  # (B, n) resampled indices -> (B,) values
+
+
+def resamples(n: int, b: int, seed: int):
+    """``b`` rows of ``n`` indices drawn with replacement, in chunks that depend on ``n`` only."""
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(b, 2_000_000 // max(n, 1)))
+    done = 0
+    while done < b:
+        rows = min(chunk, b - done)
+        yield rng.integers(0, n, size=(rows, n))
+        done += rows
+
+
+def bootstrap(stat: Statistic, n: int, b: int = N_RESAMPLES, seed: int = SEED) -> np.ndarray:
+    return np.concatenate([stat(idx) for idx in resamples(n, b, seed)]) if n else np.zeros(0)
+
+
+def statistic(metric_name: str, options: dict, per_sample: Sequence[Sequence[float]], values: Sequence[float],
+              predictions: Sequence[Sequence[str]], references: Sequence[str], docs: Sequence[Document],
+              resources=None) -> Statistic:
+    """The task's value (mean over seeds) as a function of resampled document indices.
+
+    ``per_sample``/``values``/``predictions`` have one entry per seed.
+    """
+    from mmcomp_eval.errors import UserError
+    from mmcomp_eval.metrics import METRICS, build_metric
+    from mmcomp_eval.metrics.registry import NO_RESOURCES
+
+    try:
+        cls = METRICS.get(metric_name)
+    except UserError:  # a plugin metric not installed here: the numbers alone must tell
+        cls = None
+    scores = np.asarray(per_sample, dtype=float).reshape(len(per_sample), -1)
+    if _decomposable(cls, scores, values):
+        by_doc = scores.mean(axis=0)
+        return lambda idx: by_doc[idx].mean(axis=1)
+    metric = build_metric(metric_name, options, resources or NO_RESOURCES)
+    stats = [metric.corpus_stats(p, references, docs) for p in predictions]
+    if all(s is not None for s in stats):
+        arrays = [np.asarray(s, dtype=float) for s in stats]
+
+        def from_sums(idx: np.ndarray) -> np.ndarray:
+            out = np.zeros(len(idx))
+            for a in arrays:
+                sums = a[idx].sum(axis=1)  # (B, k)
+                out += np.array([metric.from_stats(row) for row in sums.tolist()])
+            return out / len(arrays)
+
+        return from_sums
+    refs, docs = list(references), list(docs)
+
+    def recompute(idx: np.ndarray) -> np.ndarray:
+        out = []
+        for row in idx.tolist():
+            seeds = [metric.compute([p[i] for i in row], [refs[i] for i in row], [docs[i] for i in row]).value
+                     for p in predictions]
+            out.append(sum(seeds) / len(seeds))
+        return np.array(out)
+
+    return recompute
+
+
+def _decomposable(cls, scores: np.ndarray, values: Sequence[float]) -> bool:
+    """The class says so and the numbers agree (a plugin may forget the flag)."""
+    if not getattr(cls, "decomposable", True) or scores.shape[1] == 0:
+        return False
+    means = scores.mean(axis=1)
+    # per-sample scores in samples.jsonl are rounded to 4 decimals
+    return all(math.isclose(m, v, abs_tol=1e-3) for m, v in zip(means.tolist(), values))
+
+
+def task_stderr(config, docs: Sequence[Document], seed_runs: Sequence[tuple[list[str], dict]],
+                resources=None) -> dict[str, dict]:
+    """``{metric: {"stderr": se}}`` for one task; ``seed_runs`` is (predictions, {metric: MetricResult}) per seed."""
+    from mmcomp_eval.metrics import METRICS
+
+    refs = [str(d[config.target_field]) for d in docs]
+    out: dict[str, dict] = {}
+    for mc in config.metrics:
+        name = METRICS.get(mc.name).name
+        results = [r[name] for _, r in seed_runs if name in r]
+        if len(results) != len(seed_runs) or len(docs) < 2 or any(len(r.per_sample) != len(docs) for r in results):
+            continue  # nothing to resample (a metric without per-document scores)
+        stat = statistic(mc.name, mc.options, [r.per_sample for r in results], [r.value for r in results],
+                         [p for p, _ in seed_runs], refs, docs, resources)
+        out[name] = {"stderr": round(float(np.std(bootstrap(stat, len(docs)), ddof=1)), 4)}
+    return out
+
+
+def paired(stat_a: Statistic, stat_b: Statistic, n: int, b: int, seed: int, level: float = 0.95) -> dict:
+    """Paired bootstrap of ``a - b`` on the same resampled documents.
+
+    The p-value is two-sided for "no difference": the resampled differences,
+    centred on the observed one, stand in for the null distribution
+    (Efron & Tibshirani 16.4; Berg-Kirkpatrick et al. 2012), with the usual
+    +1 so it is never exactly 0.
+    """
+    everything = np.arange(n)[None, :]
+    observed = float(stat_a(everything)[0] - stat_b(everything)[0])
+    deltas = np.concatenate([stat_a(idx) - stat_b(idx) for idx in resamples(n, b, seed)])
+    lo, hi = np.quantile(deltas, [(1 - level) / 2, (1 + level) / 2])
+    extreme = int(np.sum(np.abs(deltas - observed) >= abs(observed) - 1e-12))
+    return {"delta": observed, "ci_low": float(lo), "ci_high": float(hi),
+            "p_value": (extreme + 1) / (len(deltas) + 1), "resamples": len(deltas)}

@@ -1,0 +1,175 @@
+"""A Model wrapper that answers from the response store and records the rest.
+
+The evaluator never knows whether answers came from the store: it talks to
+this wrapper as to any model. Only cache misses reach the inner model, and
+each answer is committed the moment the inner model yields it, so a crash
+loses at most the requests that were inside the model at the time:
+
+* adapters whose ``generate``/``loglikelihood`` take an ``on_result``
+  keyword (the ``hf`` adapter does) report every finished request;
+* for other adapters the misses are sent in chunks of the adapter's
+  ``batch_size`` (1 when it has none) and stored after each chunk.
+
+Identical requests within one call are sent once. Values come back from the
+store exactly as produced (JSON round-trips Python floats exactly), so a
+resumed run scores the very numbers an uninterrupted one would.
+
+Image requests carry ``doc_id#clip`` references, which say nothing about
+which keyframe was picked or how it was resized; the request key therefore
+adds each image's identity: ``images.keyframe_ids(i)`` when the images
+object offers it (content-addressed cache names), else a hash of the pixels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mmcomp_eval.api.model import Model, ProgressCallback
+from mmcomp_eval.api.request import GenerationRequest, LoglikelihoodRequest
+from mmcomp_eval.response_store import ResponseStore, model_key, request_key
+
+#: model arguments that never change an answer: left out of the key of
+#: adapters that do not define their own ``fingerprint``
+NON_SEMANTIC_ARGS = frozenset({"batch_size", "max_batch_size", "device", "device_map", "offline",
+                               "local_files_only"})
+
+
+def cache_identity(model: Model, args: dict[str, Any]) -> dict[str, Any]:
+    """What identifies ``model``'s answers.
+
+    An adapter that keeps the base class's ``fingerprint`` (just its name)
+    would make every checkpoint share answers, so its model arguments are
+    added to the identity.
+    """
+    fp = model.fingerprint()
+    if type(model).fingerprint is Model.fingerprint:
+        fp = {**fp, "args": {k: v for k, v in sorted(args.items()) if k not in NON_SEMANTIC_ARGS}}
+    return fp
+
+
+def _takes_on_result(method: Callable) -> bool:
+    try:
+        return "on_result" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class CachingModel(Model):
+    def __init__(self, inner: Model, store: ResponseStore, identity: dict[str, Any]):
+        self.inner = inner
+        self.store = store
+        self.name = inner.name
+        self.accepts_images = inner.accepts_images
+        self.uses_documents = inner.uses_documents
+        self.model_key = model_key(identity)
+        self.hits = 0
+        self.misses = 0
+        store.register_model(self.model_key, identity)
+
+    def __getattr__(self, name: str) -> Any:
+        # adapter extras the evaluator probes with getattr (max_images, ...)
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return self.inner.fingerprint()
+
+    def cache_report(self) -> dict[str, Any]:
+        """What results.json records under ``cache``."""
+        return {"enabled": True, "path": str(self.store.path), "model_key": self.model_key,
+                "hits": self.hits, "misses": self.misses}
+
+    def generate(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None,
+                 images: Sequence | None = None) -> list[str]:
+        return self._answer("generate", requests, progress, self.inner.generate, images)
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest],
+                      progress: ProgressCallback | None = None) -> list[list[float]]:
+        return self._answer("loglikelihood", requests, progress, self.inner.loglikelihood)
+
+    def predict_from_documents(self, docs, target):
+        return self.inner.predict_from_documents(docs, target)
+
+    def keys(self, kind: str, requests: Sequence, images: Sequence | None = None) -> list[str]:
+        if images is None:
+            return [request_key(kind, r) for r in requests]
+        return [request_key(kind, r, media=_media_ids(images, i)) for i, r in enumerate(requests)]
+
+    def _answer(self, kind: str, requests: Sequence, progress: ProgressCallback | None, call: Callable,
+                images: Sequence | None = None) -> list:
+        keys = self.keys(kind, requests, images)
+        found = self.store.get_many(self.model_key, keys)
+        todo: dict[str, int] = {}  # key -> index of its first request
+        for i, k in enumerate(keys):
+            if k not in found:
+                todo.setdefault(k, i)
+        self.hits += len(requests) - len(todo)
+        if progress and len(requests) > len(todo):
+            progress(len(requests) - len(todo))
+        if todo:
+            send_keys = list(todo)
+            send = [requests[todo[k]] for k in send_keys]
+            self.misses += len(send)
+            extra = {} if images is None else {"images": _Subset(images, [todo[k] for k in send_keys])}
+            found.update(self._ask(kind, send_keys, send, progress, call, extra))
+        return [found[k] for k in keys]
+
+    def _ask(self, kind: str, keys: list[str], send: list, progress, call: Callable, extra: dict) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+
+        def on_result(i: int, value: Any) -> None:
+            self.store.put(self.model_key, keys[i], kind, value)
+            out[keys[i]] = value
+
+        if _takes_on_result(call):
+            values = call(send, progress=progress, on_result=on_result, **extra)
+            for i, v in enumerate(values):  # adapters that report only some results
+                if keys[i] not in out:
+                    on_result(i, v)
+            return out
+        size = getattr(self.inner, "batch_size", 1)
+        size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 1
+        for start in range(0, len(send), size):
+            chunk = {k: _Subset(v, range(start, min(start + size, len(send)))) for k, v in extra.items()}
+            for j, v in enumerate(call(send[start : start + size], progress=progress, **chunk)):
+                on_result(start + j, v)
+        return out
+
+
+def _media_ids(images: Sequence, i: int) -> list[str]:
+    ids = getattr(images, "keyframe_ids", None)
+    if callable(ids):
+        return [str(x) for x in ids(i)]
+    out = []
+    for im in images[i]:
+        h = hashlib.sha256(f"{getattr(im, 'mode', '')}{getattr(im, 'size', '')}".encode())
+        h.update(im.tobytes() if hasattr(im, "tobytes") else repr(im).encode())
+        out.append(h.hexdigest())
+    return out
+
+
+class _Subset(Sequence):
+    """Some rows of a lazily loaded images sequence, without loading the others."""
+
+    def __init__(self, base: Sequence, rows: Sequence[int]):
+        self._base = base
+        self._rows = list(rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self._base[self._rows[i]]
+
+    def __getattr__(self, name: str):
+        # per-row accessors of the base (``refs(i)``, ``keyframe_ids(i)``), re-indexed
+        if name.startswith("_") or name not in ("refs", "keyframe_ids"):
+            raise AttributeError(name)
+        method = getattr(self._base, name)
+        return lambda i: method(self._rows[i])

@@ -1,0 +1,182 @@
+"""The ten ICSVR caption perturbations (paper Table 1, section 3).
+
+Each is ``fn(caption, rng, replacer) -> str``: a pure function of one parsed
+caption, a per-caption seeded :class:`random.Random` and the dataset's
+:class:`~mmcomp_eval.perturb.vocab.Replacer`. Roles (object, attribute,
+action, syntax) are defined in :mod:`mmcomp_eval.perturb.tokens`.
+
+Output text: removals and in-place edits keep the caption's own spacing
+(spaCy tokens carry their trailing whitespace), then collapse runs of spaces;
+reorderings (``shuf``, ``rev``) join spaCy tokens with single spaces. A
+caption the perturbation does not touch (no verb under ``actrem``, one object
+under ``objshift``) is returned exactly as given, which is what the
+"unchanged" counts measure.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+from mmcomp_eval.perturb.tokens import ACTION, ATTRIBUTE, OBJECT, ParsedCaption
+from mmcomp_eval.perturb.vocab import Replacer
+from mmcomp_eval.registry import Registry
+
+Perturbation = Callable[[ParsedCaption, random.Random, Replacer], str]
+PERTURBATIONS: Registry[Perturbation] = Registry("perturbation")
+#: in the paper's order (Table 1)
+KINDS = ("objattrrem", "objshift", "objrep", "objpartial", "actrem", "actneg", "actrep", "synrem", "shuf", "rev")
+#: why a caption can come out unchanged, for reports
+UNCHANGED_WHEN = {
+    "objattrrem": "no noun, adjective, adverb or numeral",
+    "objshift": "fewer than two different nouns",
+    "objrep": "no noun, or no allowed replacement",
+    "objpartial": "no noun",
+    "actrem": "no verb",
+    "actneg": "no verb",
+    "actrep": "no verb, or no allowed replacement",
+    "synrem": "no syntax word",
+    "shuf": "fewer than two different words",
+    "rev": "reads the same reversed (e.g. one word)",
+}
+_TRIES = 100
+
+
+def _render(caption: ParsedCaption, texts: Sequence[str | None]) -> str:
+    """Tokens with new texts (None: dropped), keeping the caption's spacing."""
+    if all(t == tok.text for t, tok in zip(texts, caption.tokens)):
+        return caption.text
+    out = ""
+    for tok, text in zip(caption.tokens, texts):
+        if text is None:
+            # keep the dropped token's separation: "man's dog" minus "'s" is "man dog", not "mandog"
+            if tok.ws and out and not out.endswith(" "):
+                out += " "
+            continue
+        out += text + tok.ws
+    return " ".join(out.split())
+
+
+def _texts(caption: ParsedCaption) -> list[str | None]:
+    return [t.text for t in caption.tokens]
+
+
+def _drop(caption: ParsedCaption, roles: tuple[str, ...]) -> str:
+    texts = _texts(caption)
+    for i in caption.indices(*roles):
+        texts[i] = None
+    return _render(caption, texts)
+
+
+def _permute(items: list[str], rng: random.Random, *, all_moved: bool) -> list[str] | None:
+    """A seeded reordering that differs from ``items`` (every item moved when ``all_moved`` allows)."""
+    if len(set(items)) < 2:
+        return None
+    fallback = None
+    for _ in range(_TRIES):
+        perm = items[:]
+        rng.shuffle(perm)
+        if perm == items:
+            continue
+        if not all_moved or all(a != b for a, b in zip(perm, items)):
+            return perm
+        fallback = fallback or perm
+    if fallback is None:  # astronomically unlikely; still deterministic
+        i = next(j for j in range(1, len(items)) if items[j] != items[0])
+        fallback = items[:]
+        fallback[0], fallback[i] = fallback[i], fallback[0]
+    return fallback
+
+
+@PERTURBATIONS.register("objattrrem")
+def objattrrem(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Remove all objects & attributes: "a wearing a drives a while talking"."""
+    return _drop(caption, (OBJECT, ATTRIBUTE))
+
+
+@PERTURBATIONS.register("objshift")
+def objshift(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Move each noun to another noun's position (each keeps its form); attributes stay put.
+
+    Every noun moves when the nouns allow it ("a guy ... shirt ... car" is a
+    3-cycle, as in the paper's "a shirt wearing a red car drives a guy").
+    """
+    idx = caption.indices(OBJECT)
+    texts = _texts(caption)
+    perm = _permute([texts[i] for i in idx], rng, all_moved=True)
+    if perm is None:
+        return caption.text
+    for i, text in zip(idx, perm):
+        texts[i] = text
+    return _render(caption, texts)
+
+
+@PERTURBATIONS.register("objrep")
+def objrep(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Replace every noun with another noun of the dataset (same tag, not a synonym/antonym)."""
+    texts = _texts(caption)
+    for i in caption.indices(OBJECT):
+        texts[i] = replacer.replace(caption.tokens[i], rng) or texts[i]
+    return _render(caption, texts)
+
+
+@PERTURBATIONS.register("objpartial")
+def objpartial(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Keep half of the nouns, rounded down (the paper keeps 1 of 3), chosen at random; attributes stay.
+
+    A caption with a single noun therefore loses it.
+    """
+    idx = caption.indices(OBJECT)
+    texts = _texts(caption)
+    for i in rng.sample(idx, len(idx) - len(idx) // 2):
+        texts[i] = None
+    return _render(caption, texts)
+
+
+@PERTURBATIONS.register("actrem")
+def actrem(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Remove the actions (verbs; auxiliaries stay): "a guy a red shirt a car while"."""
+    return _drop(caption, (ACTION,))
+
+
+@PERTURBATIONS.register("actneg")
+def actneg(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Put "not" before each action, literally (an already negated verb gets a second "not")."""
+    texts = _texts(caption)
+    for i in caption.indices(ACTION):
+        texts[i] = "not " + texts[i]
+    return _render(caption, texts)
+
+
+@PERTURBATIONS.register("actrep")
+def actrep(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Replace every verb with another verb of the dataset (same tag, not a synonym/antonym)."""
+    texts = _texts(caption)
+    for i in caption.indices(ACTION):
+        texts[i] = replacer.replace(caption.tokens[i], rng) or texts[i]
+    return _render(caption, texts)
+
+
+@PERTURBATIONS.register("synrem")
+def synrem(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Keep only objects & attributes and actions: "guy wearing red shirt drives car talking"."""
+    keep = set(caption.indices(OBJECT, ATTRIBUTE, ACTION))
+    return _render(caption, [t.text if i in keep else None for i, t in enumerate(caption.tokens)])
+
+
+def _words(caption: ParsedCaption) -> list[str]:
+    return [t.text for t in caption.tokens if not t.is_space]
+
+
+@PERTURBATIONS.register("shuf")
+def shuf(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Shuffle all words (spaCy tokens, punctuation included) into a different order."""
+    perm = _permute(_words(caption), rng, all_moved=False)
+    return caption.text if perm is None else " ".join(perm)
+
+
+@PERTURBATIONS.register("rev")
+def rev(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
+    """Reverse the word order: "talking while car a drives shirt red a wearing guy a"."""
+    words = _words(caption)
+    return caption.text if words[::-1] == words else " ".join(reversed(words))

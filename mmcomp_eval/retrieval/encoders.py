@@ -1,0 +1,265 @@
+"""The towers retrieval models are built from: CLIP (text, frames) and CLAP (text, audio).
+
+Kept apart from :mod:`mmcomp_eval.retrieval.models` so that the models only
+decide *what* to embed and how to combine it, while this module knows *how*
+a transformers checkpoint is loaded and run. torch and transformers are
+imported inside functions so that importing the package stays cheap.
+
+Every embedding returned here is float32 and L2-normalised, so a dot product
+is a cosine similarity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from mmcomp_eval.errors import UserError
+from mmcomp_eval.media.video import MediaError
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+T = TypeVar("T")
+
+
+def l2norm(x: np.ndarray, what: str) -> np.ndarray:
+    """Normalise rows (or a vector); a zero row has no direction and is an error, not NaN."""
+    n = np.linalg.norm(x, axis=-1, keepdims=True)
+    if np.any(n == 0) or not np.all(np.isfinite(n)):
+        raise UserError(f"{what} is all zeros or not finite; it cannot be normalised (check the file or model)")
+    return (x / n).astype(np.float32)
+
+
+def mean_pool(frames: np.ndarray, what: str) -> np.ndarray:
+    """CLIP4Clip meanP: normalise each frame, average, normalise the average."""
+    return l2norm(l2norm(frames, what).mean(axis=0), what)
+
+
+def load_guard(arg: str, what: str, load: Callable[[], T]) -> T:
+    """Run a checkpoint load; 'not available' becomes one line saying how to provide it."""
+    try:
+        return load()
+    except (OSError, ValueError) as exc:  # missing files, offline Hub, not a checkpoint folder
+        reason = " ".join(str(exc).split())
+        reason = reason[:180] + ("..." if len(reason) > 180 else "")
+        raise UserError(
+            f"cannot load checkpoint '{what}': {reason} -- give a local copy with --model-args {arg}=/local/folder, "
+            f"or fetch it where there is network with `hf download {what}` (or `huggingface-cli download {what}`)"
+        ) from None
+
+
+def resolve_source(arg: str, pretrained: str) -> str:
+    """A local folder, checked to exist, or a Hub id left to transformers."""
+    path = Path(pretrained).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    if pretrained.startswith(("/", ".", "~")) or pretrained.count("/") > 1:
+        raise UserError(f"model argument {arg}={pretrained}: no such folder")
+    return pretrained
+
+
+def checkpoint_fingerprint(source: str, model: Any, revision: str | None) -> dict[str, Any]:
+    """Identity of loaded weights: a local folder's file listing, or the Hub commit."""
+    fp: dict[str, Any] = {"source": source, "revision": revision, "class": type(model).__name__}
+    path = Path(source)
+    if path.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            st = f.stat()
+            h.update(f"{f.relative_to(path)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        fp["files"] = h.hexdigest()
+    else:
+        fp["commit"] = getattr(model.config, "_commit_hash", None)
+    return fp
+
+
+def _pooled(out: Any):
+    """transformers 4 returns a tensor from get_*_features, 5 an output whose pooler_output is projected."""
+    return out if hasattr(out, "shape") else out.pooler_output
+
+
+def _device(device: str | None):
+    from mmcomp_eval.models.hf import _device as hf_device
+
+    return hf_device(device)
+
+
+class ClipEncoder:
+    """A transformers CLIP checkpoint: captions and frames into its joint space."""
+
+    def __init__(self, pretrained: str, *, revision: str | None = None, device: str | None = None,
+                 local_files_only: bool = False, batch_size: int = 64, arg: str = "pretrained"):
+        import torch
+        from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
+
+        if batch_size < 1:
+            raise UserError(f"model argument batch_size={batch_size} must be at least 1")
+        self.source = resolve_source(arg, pretrained)
+        kw = {"revision": revision, "local_files_only": local_files_only}
+        self.model = load_guard(arg, pretrained, lambda: CLIPModel.from_pretrained(self.source, **kw))
+        self.tokenizer = load_guard(arg, pretrained, lambda: AutoTokenizer.from_pretrained(self.source, **kw))
+        self.processor = load_guard(arg, pretrained,
+                                    lambda: AutoImageProcessor.from_pretrained(self.source, **kw))
+        self.model.eval().to(_device(device))
+        self.device = self.model.device
+        self.batch_size = batch_size
+        self.dim = int(self.model.config.projection_dim)
+        self.max_length = min(int(self.tokenizer.model_max_length),
+                              int(self.model.config.text_config.max_position_embeddings))
+        self.fingerprint = checkpoint_fingerprint(self.source, self.model, revision)
+        self._torch = torch
+
+    def text(self, texts: Sequence[str]) -> np.ndarray:
+        """Caption (or transcript) embeddings; text beyond the model's context is truncated."""
+        torch = self._torch
+        out = []
+        for i in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(list(texts[i:i + self.batch_size]), padding=True, truncation=True,
+                                   max_length=self.max_length, return_tensors="pt").to(self.device)
+            with torch.inference_mode():
+                feats = _pooled(self.model.get_text_features(input_ids=batch["input_ids"],
+                                                             attention_mask=batch["attention_mask"]))
+            out.append(feats.float().cpu().numpy())
+        if not out:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return l2norm(np.concatenate(out), "a text embedding")
+
+    def frames(self, images: Sequence[Image.Image]) -> np.ndarray:
+        """Per-frame image embeddings (not normalised: :func:`mean_pool` does that)."""
+        torch = self._torch
+        out = []
+        for i in range(0, len(images), self.batch_size):
+            pixels = self.processor(images=list(images[i:i + self.batch_size]), return_tensors="pt")["pixel_values"]
+            with torch.inference_mode():
+                feats = _pooled(self.model.get_image_features(pixel_values=pixels.to(self.device)))
+            out.append(feats.float().cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.dim), dtype=np.float32)
+
+
+def load_feature_file(path: Path, dim: int) -> np.ndarray:
+    """A precomputed video feature file (``.npy``/``.npz``): one vector, or one per frame, meanP-pooled.
+
+    The vectors must already live in the checkpoint's joint space (CLIP
+    ``image_embeds`` after the visual projection), so their width must equal
+    the text embedding width.
+    """
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                keys = list(z.files)
+                if "features" in keys:
+                    arr = z["features"]
+                elif len(keys) == 1:
+                    arr = z[keys[0]]
+                else:
+                    raise UserError(f"feature file {path} holds arrays {keys}; name the one to use 'features'")
+        else:
+            arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"feature file {path} cannot be read as numpy: {' '.join(str(exc).split())[:120]}") from None
+    arr = np.asarray(arr, dtype=np.float32)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise UserError(f"feature file {path} has shape {arr.shape}; expected (dim,) or (frames, dim)")
+    if arr.shape[1] != dim:
+        raise UserError(f"feature file {path} has {arr.shape[1]}-d features but the model's joint space is "
+                        f"{dim}-d; extract them with the same checkpoint (after the visual projection)")
+    return mean_pool(arr, f"feature file {path}")
+
+
+# -- audio ----------------------------------------------------------------------
+
+
+def decode_audio(path: Path, sampling_rate: int) -> np.ndarray | None:
+    """The file's first audio stream as mono float32 at ``sampling_rate``; None when it has none."""
+    try:
+        import av
+    except ImportError:
+        raise UserError("reading audio needs PyAV: pip install av") from None
+
+    if not path.is_file():
+        raise MediaError(f"audio file {path} does not exist")
+    try:
+        container = av.open(str(path), mode="r")
+    except (av.error.FFmpegError, OSError, ValueError) as exc:
+        raise MediaError(f"audio file {path} cannot be opened: {' '.join(str(exc).split())[:160]}") from None
+    try:
+        if not container.streams.audio:
+            return None
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=sampling_rate)
+        chunks = []
+        try:
+            for frame in container.decode(audio=0):
+                chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
+            chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]
+        except (av.error.FFmpegError, OSError, ValueError) as exc:
+            raise MediaError(f"audio of {path} is corrupt: {' '.join(str(exc).split())[:160]}") from None
+    finally:
+        container.close()
+    wave = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+    return wave if wave.size else None
+
+
+def centre_crop(wave: np.ndarray, n: int) -> np.ndarray:
+    """The middle ``n`` samples: CLAP's own truncation of long audio is random, this is not."""
+    if wave.size <= n:
+        return wave
+    start = (wave.size - n) // 2
+    return wave[start:start + n]
+
+
+class ClapEncoder:
+    """A transformers CLAP checkpoint (``ClapModel``): captions and audio into its joint space."""
+
+    def __init__(self, pretrained: str, *, revision: str | None = None, device: str | None = None,
+                 local_files_only: bool = False, batch_size: int = 16, arg: str = "clap"):
+        import torch
+        from transformers import AutoFeatureExtractor, AutoTokenizer, ClapModel
+
+        self.source = resolve_source(arg, pretrained)
+        kw = {"revision": revision, "local_files_only": local_files_only}
+        self.model = load_guard(arg, pretrained, lambda: ClapModel.from_pretrained(self.source, **kw))
+        self.tokenizer = load_guard(arg, pretrained, lambda: AutoTokenizer.from_pretrained(self.source, **kw))
+        self.extractor = load_guard(arg, pretrained, lambda: AutoFeatureExtractor.from_pretrained(self.source, **kw))
+        self.model.eval().to(_device(device))
+        self.device = self.model.device
+        self.batch_size = batch_size
+        self.sampling_rate = int(self.extractor.sampling_rate)
+        self.max_samples = int(self.extractor.nb_max_samples)
+        self.dim = int(self.model.config.projection_dim)
+        self.fingerprint = checkpoint_fingerprint(self.source, self.model, revision)
+        self._torch = torch
+
+    def text(self, texts: Sequence[str]) -> np.ndarray:
+        torch = self._torch
+        out = []
+        for i in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(list(texts[i:i + self.batch_size]), padding=True, truncation=True,
+                                   return_tensors="pt").to(self.device)
+            with torch.inference_mode():
+                feats = _pooled(self.model.get_text_features(input_ids=batch["input_ids"],
+                                                             attention_mask=batch["attention_mask"]))
+            out.append(feats.float().cpu().numpy())
+        if not out:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return l2norm(np.concatenate(out), "a CLAP text embedding")
+
+    def audio(self, waves: Sequence[np.ndarray]) -> np.ndarray:
+        torch = self._torch
+        out = []
+        for i in range(0, len(waves), self.batch_size):
+            batch = [centre_crop(w, self.max_samples) for w in waves[i:i + self.batch_size]]
+            inputs = self.extractor(batch, sampling_rate=self.sampling_rate, return_tensors="pt")
+            inputs = {k: v.to(self.device) for k, v in inputs.items()}
+            with torch.inference_mode():
+                feats = _pooled(self.model.get_audio_features(**inputs))
+            out.append(feats.float().cpu().numpy())
+        if not out:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return l2norm(np.concatenate(out), "an audio embedding")

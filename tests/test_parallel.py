@@ -1,0 +1,77 @@
+"""Data parallel on CPU: 2 processes give the results of 1, and their store resumes in 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from mmcomp_eval.cli import main
+from mmcomp_eval.parallel import ProcessInfo, current
+
+from test_cli import USER_TASK, USER_TEMPLATE
+
+
+def test_process_info_from_launcher_variables(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    assert current() == ProcessInfo(2, 4, 2) and not current().is_main
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_llama_dir, tmp_path_factory):
+    """A 9-document task (odd: the two shards differ in size) and its single-process run."""
+    d = tmp_path_factory.mktemp("parallel")
+    tasks = d / "tasks"
+    tasks.mkdir()
+    (tasks / "echo_task.yaml").write_text(USER_TASK)
+    (tasks / "echo.jinja").write_text(USER_TEMPLATE)
+    words = ["knife", "plate", "onion", "board", "pan", "spoon", "cup", "fork", "bowl"]
+    (tasks / "docs.jsonl").write_text("".join(json.dumps({"id": f"w{i}", "word": w, "answer": w}) + "\n"
+                                              for i, w in enumerate(words)))
+    common = ["--model", "hf", "--model-args", f"pretrained={tiny_llama_dir},batch_size=2", "--tasks", "echo_task",
+              "--include-path", str(tasks), "--no-progress", "--seeds", "2"]
+    assert main([*common, "--cache-dir", str(d / "store1"), "--output-path", str(d / "one")]) == 0
+    return SimpleNamespace(dir=d, common=common, one=json.loads((d / "one" / "results.json").read_text()),
+                           samples=(d / "one" / "samples.jsonl").read_bytes())
+
+
+def _env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+
+
+def test_num_processes_2_matches_1_and_resumes_in_1(setup, capsys):
+    d, common = setup.dir, setup.common
+    proc = subprocess.run([sys.executable, "-m", "mmcomp_eval", *common, "--num-processes", "2",
+                           "--cache-dir", str(d / "store2"), "--output-path", str(d / "two")],
+                          capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("| echo_task | test | 9 |") == 2  # one table (two metrics), from process 0 only
+    two = json.loads((d / "two" / "results.json").read_text())
+    assert two["tasks"] == setup.one["tasks"]
+    assert (d / "two" / "samples.jsonl").read_bytes() == setup.samples
+    # process 0 answered its shard (every other document, both seeds), then found the rest in the store
+    assert two["cache"]["misses"] == 10 and two["cache"]["hits"] == 18
+
+    # the store written by 2 processes resumes in 1: nothing is asked again
+    assert main([*common, "--cache-dir", str(d / "store2"), "--output-path", str(d / "again")]) == 0
+    again = json.loads((d / "again" / "results.json").read_text())
+    assert (again["cache"]["hits"], again["cache"]["misses"]) == (18, 0) and again["tasks"] == setup.one["tasks"]
+    capsys.readouterr()
+
+
+def test_accelerate_launch_matches_1(setup):
+    d = setup.dir
+    proc = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                           "-m", "mmcomp_eval", *setup.common, "--cache-dir", str(d / "store3"),
+                           "--output-path", str(d / "accel")], capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    accel = json.loads((d / "accel" / "results.json").read_text())
+    assert accel["tasks"] == setup.one["tasks"] and (d / "accel" / "samples.jsonl").read_bytes() == setup.samples
+    assert accel["cache"]["misses"] == 10  # two processes really shared the work

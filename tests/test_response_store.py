@@ -1,0 +1,187 @@
+"""The response store and the caching wrapper: keys, resume, re-scoring without the model."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Sequence
+
+import pytest
+
+from mmcomp_eval.api.model import Model
+from mmcomp_eval.api.request import ChatMessage, GenerationRequest, GenerationSettings, LoglikelihoodRequest
+from mmcomp_eval.caching_model import CachingModel, cache_identity
+from mmcomp_eval.cli import main
+from mmcomp_eval.response_store import ResponseStore, model_key, request_key
+
+from test_cli import USER_TASK, USER_TEMPLATE  # noqa: F401  (the CLI tests' user task)
+
+
+class Crash(Exception):
+    pass
+
+
+class WordModel(Model):
+    """Answers the word before '=>' (so scores are not all zero); records what it was asked.
+
+    ``crash_after``: raise after that many answers, like a process killed mid-batch.
+    """
+
+    name = "word"
+
+    def __init__(self, batch_size: int = 3, crash_after: int | None = None, callback: bool = True):
+        self.batch_size = batch_size
+        self.crash_after = crash_after
+        self.asked: list[str] = []
+        if not callback:  # an adapter written before on_result existed
+            self.generate = self._generate_plain
+
+    def _answer(self, r: GenerationRequest) -> str:
+        if self.crash_after is not None and len(self.asked) >= self.crash_after:
+            raise Crash
+        self.asked.append(r.prompt)
+        words = r.prompt.split("=>")[-2].split() if "=>" in r.prompt else [""]
+        return " " + (words[-1] if sum(map(ord, r.prompt)) % 4 else "wrong")  # some right, some wrong
+
+    def generate(self, requests, progress=None, on_result=None):
+        out = []
+        for start in range(0, len(requests), self.batch_size):
+            batch = [self._answer(r) for r in requests[start : start + self.batch_size]]
+            for j, text in enumerate(batch):
+                if on_result:
+                    on_result(start + j, text)
+            out += batch
+        return out
+
+    def _generate_plain(self, requests, progress=None):
+        return [self._answer(r) for r in requests]
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest], progress=None):
+        self.asked += [r.context for r in requests]
+        return [[-len(c) / 3.0 for c in r.continuations] for r in requests]
+
+    def fingerprint(self):
+        return {"name": self.name, "version": 1}
+
+
+def test_keys_are_content_addresses():
+    s = GenerationSettings(max_new_tokens=4)
+    a = GenerationRequest("doc1", "p", s)
+    assert request_key("generate", a) == request_key("generate", GenerationRequest("other-id", "p", s))
+    different = [GenerationRequest("doc1", "q", s), GenerationRequest("doc1", "p", GenerationSettings(max_new_tokens=5)),
+                 GenerationRequest("doc1", "p", GenerationSettings(max_new_tokens=4, seed=1)),
+                 GenerationRequest("doc1", "p", s, (ChatMessage("user", "p"),)),
+                 GenerationRequest("doc1", "p", s, None, ("doc1#0",))]
+    keys = {request_key("generate", r) for r in [a, *different]}
+    assert len(keys) == 6
+    assert request_key("generate", a, media=["k1"]) != request_key("generate", a, media=["k2"])
+    assert request_key("loglikelihood", LoglikelihoodRequest("d", "p", (" a",))) != request_key("generate", a)
+    assert model_key({"name": "hf", "dtype": "float32"}) != model_key({"name": "hf", "dtype": "bfloat16"})
+
+
+def test_store_wal_first_answer_wins_and_floats_round_trip(tmp_path):
+    store = ResponseStore(tmp_path)
+    mode = sqlite3.connect(store.path).execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+    values = [-1.2345678901234567e-5, -0.1 - 0.2, -1e300, float("-inf")]
+    store.put("m", "k", "loglikelihood", values)
+    store.put("m", "k", "loglikelihood", [0.0])  # a second writer of the same key
+    other = ResponseStore(tmp_path)  # another process's connection sees the commit
+    got = other.get_many("m", ["k", "absent"])["k"]
+    assert got[:3] == values[:3] and math.isinf(got[3]) and "absent" not in other.get_many("m", ["absent"])
+    assert other.missing("m", ["k", "x", "x"]) == ["x"]
+
+
+def test_identity_of_adapters_without_fingerprint_includes_their_arguments():
+    class Bare(Model):
+        name = "bare"
+
+        def generate(self, requests, progress=None):
+            return []
+
+    a = cache_identity(Bare(), {"checkpoint": "a", "batch_size": 8})
+    assert a == {"name": "bare", "args": {"checkpoint": "a"}}  # batch size never changes an answer
+    assert cache_identity(Bare(), {"checkpoint": "b"}) != a
+    assert cache_identity(WordModel(), {"anything": 1}) == {"name": "word", "version": 1}
+
+
+@pytest.mark.parametrize("callback", [True, False])
+def test_only_misses_reach_the_model_and_a_crash_loses_only_what_was_in_flight(tmp_path, callback):
+    reqs = [GenerationRequest(f"d{i}", f"word: w{i} =>", GenerationSettings()) for i in range(10)]
+    reqs.append(GenerationRequest("dup", "word: w0 =>", GenerationSettings()))  # same content as d0
+    fresh = WordModel(callback=callback)
+    expected = fresh.generate(reqs) if callback else fresh._generate_plain(reqs)
+
+    store = ResponseStore(tmp_path)
+    crashing = WordModel(crash_after=7, callback=callback)
+    with pytest.raises(Crash):
+        CachingModel(crashing, store, crashing.fingerprint()).generate(reqs)
+    # batches of 3: the two finished batches are stored, the one in flight is lost
+    assert store.count() == 6
+
+    resumed = WordModel(callback=callback)
+    cached = CachingModel(resumed, store, resumed.fingerprint())
+    assert cached.generate(reqs) == expected
+    assert resumed.asked == [r.prompt for r in reqs[6:10]]  # nothing answered is asked again
+    assert (cached.hits, cached.misses) == (11 - len(resumed.asked), len(resumed.asked))
+    again = WordModel(callback=callback)
+    assert CachingModel(again, store, again.fingerprint()).generate(reqs) == expected and again.asked == []
+
+
+def test_loglikelihood_is_cached_exactly(tmp_path):
+    reqs = [LoglikelihoodRequest(f"d{i}", f"ctx {i}", (" a", " bb", " ccc")) for i in range(4)]
+    first = CachingModel(WordModel(), ResponseStore(tmp_path), {"name": "word"})
+    values = first.loglikelihood(reqs)
+    inner = WordModel()
+    second = CachingModel(inner, ResponseStore(tmp_path), {"name": "word"})
+    assert second.loglikelihood(reqs) == values and inner.asked == []
+
+
+@pytest.fixture
+def user_tasks(tmp_path):
+    d = tmp_path / "my_tasks"
+    d.mkdir()
+    (d / "echo_task.yaml").write_text(USER_TASK)
+    (d / "echo.jinja").write_text(USER_TEMPLATE)
+    words = ["knife", "plate", "onion", "board", "pan", "spoon", "cup", "fork"]
+    (d / "docs.jsonl").write_text("".join(json.dumps({"id": f"w{i}", "word": w, "answer": w}) + "\n"
+                                          for i, w in enumerate(words)))
+    return d
+
+
+def _cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_failed_scoring_is_redone_from_the_store(user_tasks, tiny_llama_dir, tmp_path, capsys):
+    """A metric whose model is missing fails after inference; the rerun asks the model nothing."""
+    broken = USER_TASK.replace("metrics: [exact_match, bleu]",
+                               "metrics: [exact_match, {name: bertscore, options: {model: nobody/no-such-model}}]")
+    (user_tasks / "echo_task.yaml").write_text(broken)
+    common = ["--model", "hf", "--model-args", f"pretrained={tiny_llama_dir},batch_size=3", "--tasks", "echo_task",
+              "--include-path", str(user_tasks), "--no-progress", "--cache-dir", str(tmp_path / "store"),
+              "--seeds", "2", "--offline"]
+    rc, _, err = _cli(capsys, *common, "--output-path", str(tmp_path / "a"))
+    assert rc == 2 and "nobody/no-such-model" in err
+    store = ResponseStore(tmp_path / "store")
+    assert store.count() == 8  # seed 0 was answered before scoring failed
+
+    (user_tasks / "echo_task.yaml").write_text(USER_TASK)
+    rc, _, err = _cli(capsys, *common, "--output-path", str(tmp_path / "b"))
+    assert rc == 0, err
+    cache = json.loads((tmp_path / "b" / "results.json").read_text())["cache"]
+    assert cache["path"] == str(store.path) and (cache["hits"], cache["misses"]) == (8, 8)
+    rc, _, err = _cli(capsys, *common, "--output-path", str(tmp_path / "c"))
+    assert rc == 0, err
+    res_c = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert (res_c["cache"]["hits"], res_c["cache"]["misses"]) == (16, 0)
+
+    rc, _, err = _cli(capsys, *common, "--output-path", str(tmp_path / "d"), "--no-cache")
+    assert rc == 0, err
+    res_d = json.loads((tmp_path / "d" / "results.json").read_text())
+    assert res_d["cache"] == {"enabled": False}
+    assert res_d["tasks"] == res_c["tasks"]
+    assert (tmp_path / "c" / "samples.jsonl").read_bytes() == (tmp_path / "d" / "samples.jsonl").read_bytes()

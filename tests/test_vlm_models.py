@@ -1,0 +1,318 @@
+"""Vision-language models end to end on synthetic EK-100 media: tiny random IDEFICS, OpenFlamingo and Otter.
+
+Scores from random weights mean nothing; these tests check the paths: which
+images reach the model and in what order (few-shot images included),
+placeholder tokens, batching, keyframe caching, per-document media errors
+and the checks that fail a run before any work.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
+from mmcomp_eval.cli import main
+from mmcomp_eval.errors import UserError
+from mmcomp_eval.media import synthetic as S
+from mmcomp_eval.media.video import DECODES
+from mmcomp_eval.models import create_model
+from mmcomp_eval.models.flamingo import END_OF_CHUNK, chunked, remap_checkpoint, save_random_flamingo
+from mmcomp_eval.models.idefics import interleave, random_tokenizer, save_random_idefics, strip_placeholders
+
+INSTRUCTION = "Predict the next narration given 3 sequential previous narrations from a cooking video"
+TASK = """
+task: {name}
+dataset: {{name: jsonl, options: {{files: {{test: {docs}, train: {docs}}}}}}}
+target_field: trg_narration
+answer_kind: narration
+prompt: {{template: compact_idefics.jinja, instruction: {instruction}}}
+fewshot: {{sampler: first, k: 2}}
+generation: {{max_new_tokens: 4, stop: ["\\n"]}}
+metrics: [exact_match, bleu]
+media: {{frames_root: {root}, videos_root: {root}, on_error: {on_error}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """Media (frames of P01_01, a video of P02_01), tasks over them, and tiny random checkpoints."""
+    d = tmp_path_factory.mktemp("vlm")
+    media = d / "media"
+    S.write_frames(media, "P01_01", 120, video_index=1)
+    S.write_video(media, "P02_01", 120, video_index=2)
+    (media / "P08" / "videos").mkdir(parents=True)
+    (media / "P08" / "videos" / "P08_01.MP4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + b"\x07" * 500)  # corrupt
+    tasks = d / "tasks"
+    tasks.mkdir()
+    S.write_jsonl(tasks / "docs.jsonl", S.compact_docs(6, ["P01_01", "P02_01"]))
+    broken = S.compact_docs(4, ["P01_01", "P02_01"]) + S.compact_docs(2, ["P07_01", "P08_01"], prefix="bad")
+    S.write_jsonl(tasks / "broken.jsonl", broken)
+    for name, docs, on_error in (("vlm_task", "docs.jsonl", "stop"), ("vlm_skip", "broken.jsonl", "skip"),
+                                 ("vlm_stop", "broken.jsonl", "stop")):
+        (tasks / f"{name}.yaml").write_text(TASK.format(name=name, docs=docs, instruction=INSTRUCTION,
+                                                         root=str(media), on_error=on_error))
+    corpus = S.corpus()
+    models = {
+        "idefics": save_random_idefics(d / "idefics", corpus),
+        "of_mpt": save_random_flamingo(d / "of_mpt", corpus, "openflamingo", "mpt"),
+        "of_neox": save_random_flamingo(d / "of_neox", corpus, "openflamingo", "gpt_neox", cross_attn_every_n_layers=2),
+        "otter": save_random_flamingo(d / "otter", corpus, "otter", "llama"),
+    }
+    return {"dir": d, "media": media, "tasks": tasks, **models}
+
+
+def _args(base: dict, extra: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in {**base, **extra}.items())
+
+
+def idefics_args(env, **extra) -> str:
+    return _args({"pretrained": env["idefics"], "dtype": "float32", "batch_size": 4}, extra)
+
+
+def of_args(env, key="of_mpt", **extra) -> str:
+    p = env[key]
+    return _args({"checkpoint": p, "lang_encoder": p / "lang", "vision_encoder": p / "vision", "dtype": "float32",
+                  "cross_attn_every_n_layers": 2 if key == "of_neox" else 1}, extra)
+
+
+def run_cli(capsys, env, model, args, task, out=None, *more):
+    argv = ["--model", model, "--model-args", args, "--tasks", task, "--include-path", str(env["tasks"]),
+            "--no-progress", "--no-cache", *more]  # no response store: every answer comes from the model
+    if out is not None:
+        argv += ["--output-path", str(out)]
+    rc = main(argv)
+    _, err = capsys.readouterr()
+    return rc, err
+
+
+def error_lines(err: str) -> list[str]:
+    """The CLI's error lines (transformers' loading progress bars also write to stderr)."""
+    return [line for line in err.strip().splitlines() if line.startswith("mmcomp-eval: error:")]
+
+
+def samples(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+
+
+def solid(rgb):
+    from PIL import Image
+
+    return Image.new("RGB", (40, 30), rgb)
+
+
+# -- IDEFICS ------------------------------------------------------------------------------------------------
+
+
+def test_idefics_end_to_end_few_shot_images_in_order_and_cached(env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MMCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    before = DECODES.frames
+    rc, err = run_cli(capsys, env, "idefics", idefics_args(env), "vlm_task", tmp_path / "a")
+    assert rc == 0, err
+    first_decodes = DECODES.frames - before
+    rows = samples(tmp_path / "a")
+    assert len(rows) == 6
+    d0 = rows[0]
+    assert d0["shot_ids"] == ["d1", "d2"]
+    # Fig. 7: one image after each narration, shots first, then the query -- 9 images, in this order
+    assert d0["images"] == [f"{d}#{c}" for d in ("d1", "d2", "d0") for c in range(3)]
+    assert d0["prompt"].count("<image>") == 9
+    d1 = json.loads((env["tasks"] / "docs.jsonl").read_text().splitlines()[1])
+    assert d0["prompt"].split("\n")[1] == (f"{d1['narrations'][0]} <image> . {d1['narrations'][1]} <image> . "
+                                           f"{d1['narrations'][2]} <image> => {d1['trg_narration']}")
+    task = json.loads((tmp_path / "a" / "results.json").read_text())["tasks"]["vlm_task"]
+    assert task["n_skipped"] == 0 and task["skipped"] == []
+    assert task["media"]["keyframes"] == 18 and task["media"]["cache_misses"] == 18
+    assert task["media"]["frames_decoded"] == first_decodes > 0
+    # second run: every keyframe comes from the cache, nothing is decoded, answers are identical
+    before = DECODES.frames
+    rc, err = run_cli(capsys, env, "idefics", idefics_args(env, batch_size=1), "vlm_task", tmp_path / "b")
+    assert rc == 0, err
+    assert DECODES.frames == before
+    again = json.loads((tmp_path / "b" / "results.json").read_text())["tasks"]["vlm_task"]["media"]
+    assert again["cache_hits"] == 18 and again["frames_decoded"] == 0
+    assert [r["raw_output"] for r in samples(tmp_path / "b")] == [r["raw_output"] for r in rows]
+
+
+def test_idefics_prompt_assembly(env):
+    model = create_model("idefics", idefics_args(env))
+    assert model.accepts_images and model.reads_images and model.max_images is None
+    assert interleave("a <image> b <image>", ["I0", "I1"]) == ["a ", "I0", " b ", "I1"]
+    with pytest.raises(UserError, match="2 <image> placeholders but 1 images"):
+        interleave("a <image> b <image>", ["I0"])
+    imgs = [[solid((250, 0, 0)), solid((0, 250, 0)), solid((0, 0, 250))], [solid((9, 9, 9))]]
+    batch = model.encode(["take knife <image> . wash plate <image> . cut onion <image> =>", "open tap <image> =>"],
+                         imgs)
+    tok = model.processor.tokenizer
+    image_id, fake_id = tok.convert_tokens_to_ids("<image>"), tok.convert_tokens_to_ids("<fake_token_around_image>")
+    ids = batch["input_ids"]
+    assert (ids == image_id).sum(dim=1).tolist() == [3, 1]
+    assert ids[1, 0] == tok.pad_token_id and batch["attention_mask"][1, 0] == 0  # left padding
+    row = ids[0].tolist()
+    for pos in [k for k, t in enumerate(row) if t == image_id]:
+        assert row[pos - 1] == fake_id and row[pos + 1] == fake_id
+    # pixel rows follow the images, in order; the shorter row is padded with a zero image nobody attends to
+    expected = model.processor.image_processor(imgs[0], return_tensors="pt")  # IDEFICS's returns the tensor
+    expected = expected if hasattr(expected, "shape") else expected["pixel_values"]
+    channel_means = {tuple(x.mean(dim=(1, 2)).round(decimals=3).tolist()) for x in expected}
+    assert expected.shape[0] == 3 and len(channel_means) == 3  # three distinguishable images
+    assert (batch["pixel_values"][0] - expected).abs().max() < 1e-6
+    assert batch["pixel_values"][1, 1].abs().max() == 0
+    mask = batch["image_attention_mask"]
+    positions = [k for k, t in enumerate(row) if t == image_id]
+    assert [int(mask[0, p].argmax()) for p in positions] == [0, 1, 2]
+    assert mask[1, :, 1].sum() == 0  # no token of row 1 attends to the padding image
+    text_only = create_model("idefics", idefics_args(env, images="false"))
+    assert text_only.reads_images is False and text_only.max_images is None
+    assert strip_placeholders("take knife <image> . wash <image> =>") == "take knife . wash =>"
+    req = GenerationRequest("r", "take knife <image> . wash <image> =>", images=("a#0", "a#1"))
+    assert text_only._render(req) == "take knife . wash =>"
+    assert (text_only.encode([text_only._render(req)], None)["input_ids"] == image_id).sum() == 0
+
+
+def test_idefics_batching_seeds_and_images_matter(env):
+    model = create_model("idefics", idefics_args(env))
+    colours = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 20), (20, 220, 220)]
+    prompts = [f"{v} knife <image> . wash plate <image> =>" for v in S.VERBS[:5]]
+    prompts[2] = "open tap <image> =>"  # rows with different image counts share a batch
+    greedy = GenerationSettings(max_new_tokens=5, stop=())
+    reqs = [GenerationRequest(f"r{i}", p, greedy, images=tuple(f"d{i}#{c}" for c in range(p.count("<image>"))))
+            for i, p in enumerate(prompts)]
+    images = [[solid(colours[(i + c) % 5]) for c in range(len(r.images))] for i, r in enumerate(reqs)]
+    model.batch_size = 1
+    one = model.generate(reqs, images=images)
+    model.batch_size = 5
+    assert model.generate(reqs, images=images) == one
+    swapped = [list(reversed(x)) if len(x) > 1 else [solid((0, 0, 0))] for x in images]
+    assert model.generate(reqs, images=swapped) != one  # the images reach the model
+    sampled = [GenerationRequest(r.request_id, r.prompt, GenerationSettings(max_new_tokens=5, stop=(), do_sample=True,
+                                                                            seed=7), images=r.images) for r in reqs]
+    assert model.generate(sampled, images=images) == model.generate(sampled, images=images)
+    with pytest.raises(UserError, match="got prompts with images but no image data"):
+        model.generate(reqs)
+
+
+def test_text_only_evaluation_reads_no_frames(env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MMCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    before = DECODES.frames
+    rc, err = run_cli(capsys, env, "idefics", idefics_args(env, images="false"), "vlm_task", tmp_path / "out")
+    assert rc == 0, err
+    assert DECODES.frames == before and not (tmp_path / "cache" / "keyframes").exists()
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["model"]["fingerprint"]["images"] is False
+    assert "media" not in results["tasks"]["vlm_task"] and results["tasks"]["vlm_task"]["n_skipped"] == 0
+
+
+# -- media errors and bad input -----------------------------------------------------------------------------
+
+
+def test_unreadable_media_skip_counts_documents(env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MMCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    rc, err = run_cli(capsys, env, "idefics", idefics_args(env), "vlm_skip", tmp_path / "out")
+    assert rc == 0, err
+    task = json.loads((tmp_path / "out" / "results.json").read_text())["tasks"]["vlm_skip"]
+    assert task["n_documents"] == 4 and task["n_skipped"] == 2
+    reasons = {s["doc_id"]: s["reason"] for s in task["skipped"]}
+    assert reasons["bad0"].startswith("no frames for video P07_01")
+    assert "P08_01.MP4" in reasons["bad1"] and "cannot be opened" in reasons["bad1"]
+    assert [r["doc_id"] for r in samples(tmp_path / "out")] == ["d0", "d1", "d2", "d3"]
+
+
+def test_unreadable_media_stop_is_one_line(env, capsys):
+    rc, err = run_cli(capsys, env, "idefics", idefics_args(env), "vlm_stop")
+    lines = error_lines(err)
+    assert rc == 2 and len(lines) == 1, err
+    assert lines[0].startswith("mmcomp-eval: error: task vlm_stop, document bad0: no frames for video P07_01")
+
+
+def test_bad_input_fails_before_any_work(env, tmp_path, capsys):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok, _ = random_tokenizer(S.corpus())
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2)).save_pretrained(tmp_path / "llm")
+    tok.save_pretrained(tmp_path / "llm")
+    before = DECODES.frames
+    rc, err = run_cli(capsys, env, "hf", f"pretrained={tmp_path / 'llm'}", "vlm_task")
+    assert rc == 2 and len(error_lines(err)) == 1
+    assert "puts 9 images in its prompts but model 'hf' is text-only" in err
+    rc, err = run_cli(capsys, env, "idefics", idefics_args(env, max_images=4), "vlm_task")
+    assert rc == 2 and "prompts hold up to 9 images but model 'idefics' takes at most 4; use fewer shots" in err
+    rc, err = run_cli(capsys, env, "idefics", idefics_args(env, load_in_4bit="true"), "vlm_task")
+    assert rc == 2 and "needs CUDA" in err and len(error_lines(err)) == 1
+    assert DECODES.frames == before  # not one frame decoded
+
+
+# -- OpenFlamingo and Otter ---------------------------------------------------------------------------------
+
+
+def test_flamingo_prompt_conventions(env):
+    model = create_model("open_flamingo", of_args(env))
+    text = "Predict.\na <image> . b <image> => c\nd <image> => e\nf <image> =>"
+    eoc = END_OF_CHUNK
+    assert chunked(text) == f"Predict.\na <image> . b <image> => c{eoc}d <image> => e{eoc}f <image> =>"
+    req = GenerationRequest("r", text, images=("x#0", "x#1", "x#2", "x#3"))
+    enc = model.encode([model._render(req)], [[solid((k * 50, 0, 0)) for k in range(4)]])
+    ids = enc["input_ids"][0].tolist()
+    assert ids.count(model.tokenizer.convert_tokens_to_ids("<image>")) == 4 and enc["counts"] == [4]
+    assert ids.count(model.eoc_id) == 2
+    assert model.eoc_id in model.eos_ids and enc["pixel_values"].shape[0] == 4
+    with pytest.raises(UserError, match="has 4 <image> tokens but 3 images"):
+        model.encode([model._render(req)], [[solid((0, 0, 0))] * 3])
+
+
+@pytest.mark.parametrize("key", ["of_mpt", "of_neox"])
+def test_open_flamingo_batching_and_images(env, key):
+    model = create_model("open_flamingo", of_args(env, key))
+    greedy = GenerationSettings(max_new_tokens=4, stop=())
+    prompts = ["take knife <image> . wash plate <image> =>", "open tap <image> =>",
+               "cut onion <image> . stir pan <image> =>"]
+    reqs = [GenerationRequest(f"r{i}", p, greedy, images=tuple(f"x#{c}" for c in range(p.count("<image>"))))
+            for i, p in enumerate(prompts)]
+    images = [[S.frame_image(i + 1, 40 * c + 3) for c in range(len(r.images))] for i, r in enumerate(reqs)]
+    model.batch_size = 1
+    one = model.generate(reqs, images=images)
+    model.batch_size = 3
+    assert model.generate(reqs, images=images) == one
+    other = [list(reversed(x)) if len(x) > 1 else [S.frame_image(7, 77)] for x in images]
+    assert model.generate(reqs, images=other) != one  # the images reach the model
+    text_only = create_model("open_flamingo", of_args(env, key, images="false"))
+    assert len(text_only.generate(reqs)) == 3
+
+
+def test_flamingo_and_otter_through_the_cli(env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MMCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    for model, args in (("open_flamingo", of_args(env, batch_size=3)),
+                        ("otter", f"checkpoint={env['otter']},dtype=float32,batch_size=3")):
+        out = tmp_path / model
+        rc, err = run_cli(capsys, env, model, args, "vlm_task", out)
+        assert rc == 0, err
+        rows = samples(out)
+        assert len(rows) == 6 and rows[0]["images"] == [f"{d}#{c}" for d in ("d1", "d2", "d0") for c in range(3)]
+        fp = json.loads((out / "results.json").read_text())["model"]["fingerprint"]
+        assert fp["format"] == ("otter" if model == "otter" else "openflamingo") and fp["loaded"]["loaded"] > 0
+
+
+def test_flamingo_checkpoint_names_and_errors(env, tmp_path, capsys):
+    state = {"perceiver.latents": 1, "lang_encoder.gated_cross_attn_layers.3.attn_gate": 2,
+             "lang_encoder.transformer.blocks.3.gated_cross_attn_layer.ff_gate": 3,
+             "lang_encoder.transformer.blocks.3.decoder_layer.attn.Wqkv.weight": 4,
+             "lang_encoder.old_decoder_blocks.3.attn.Wqkv.weight": 5, "lang_encoder.transformer.wte.weight": 6,
+             "vision_encoder.vision_model.post_layernorm.weight": 7}
+    mapped, dropped = remap_checkpoint(state, "transformer.blocks")
+    assert mapped == {"perceiver.latents": 1, "gated_cross_attn_layers.3.attn_gate": 2,
+                      "gated_cross_attn_layers.3.ff_gate": 3, "lang_encoder.transformer.blocks.3.attn.Wqkv.weight": 4,
+                      "lang_encoder.transformer.wte.weight": 6, "vision_encoder.vision_model.post_layernorm.weight": 7}
+    assert dropped == ["lang_encoder.old_decoder_blocks.3.attn.Wqkv.weight"]
+    with pytest.raises(UserError, match="open_clip vision weight"):
+        remap_checkpoint({"vision_encoder.transformer.resblocks.0.ln_1.weight": 0}, "model.layers")
+    # a checkpoint trained with cross-attention every layer does not fit a model built with every 2nd
+    rc, err = run_cli(capsys, env, "open_flamingo", of_args(env, cross_attn_every_n_layers=2), "vlm_task")
+    assert rc == 2 and len(error_lines(err)) == 1 and "weights do not fit this model" in err
+    rc, err = run_cli(capsys, env, "otter", f"checkpoint={tmp_path / 'nowhere'}", "vlm_task")
+    assert rc == 2 and "does not exist" in err
+    rc, err = run_cli(capsys, env, "open_flamingo", f"checkpoint={env['of_mpt']}", "vlm_task")
+    assert rc == 2 and "needs --model-args lang_encoder=" in err
