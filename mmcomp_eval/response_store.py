@@ -88,19 +88,37 @@ class ResponseStore:
         except OSError as exc:
             raise UserError(f"--cache-dir {self.directory}: cannot create it ({exc.strerror})") from None
         self.path = self.directory / STORE_FILE
-        try:
-            self._db = sqlite3.connect(self.path, timeout=120, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            found = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
-        except sqlite3.DatabaseError as exc:
-            raise UserError(f"response store {self.path} is unusable ({exc}); "
-                            "move it away or pick another --cache-dir") from None
+        self._db: sqlite3.Connection | None = None
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                found = self._open()
+                break
+            except sqlite3.OperationalError as exc:
+                # Several processes creating the store at once: switching to WAL
+                # needs a moment alone with the file and does not wait for it.
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise UserError(f"response store {self.path} is unusable ({exc}); "
+                                    "move it away or pick another --cache-dir") from None
+                if self._db is not None:
+                    self._db.close()
+                time.sleep(0.05)
+            except sqlite3.DatabaseError as exc:
+                raise UserError(f"response store {self.path} is unusable ({exc}); "
+                                "move it away or pick another --cache-dir") from None
         if found != str(SCHEMA_VERSION):
             raise UserError(f"response store {self.path} has schema {found}, this mmcomp-eval writes "
                             f"{SCHEMA_VERSION}; pick another --cache-dir")
+
+    def _open(self) -> str:
+        """Connect, make sure of WAL mode and the schema; the stored schema version."""
+        self._db = sqlite3.connect(self.path, timeout=120, isolation_level=None, check_same_thread=False)
+        if self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":  # persistent once set
+            self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        return self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
 
     def register_model(self, key: str, fingerprint: dict) -> None:
         self._db.execute("INSERT OR IGNORE INTO models VALUES (?, ?)", (key, canonical_json(fingerprint)))

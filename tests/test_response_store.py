@@ -93,6 +93,33 @@ def test_store_wal_first_answer_wins_and_floats_round_trip(tmp_path):
     assert other.missing("m", ["k", "x", "x"]) == ["x"]
 
 
+WRITER = """
+import sys, time
+from mmcomp_eval.response_store import ResponseStore
+start = float(sys.argv[3])
+time.sleep(max(0.0, start - time.time()))  # all processes open the new store at the same moment
+store = ResponseStore(sys.argv[1])
+for i in range(40):
+    store.put("m", f"k{i % 30}", "generate", f"answer {i % 30}")  # overlapping keys: first one wins
+    store.put("m", f"w{sys.argv[2]}-{i}", "generate", sys.argv[2])
+"""
+
+
+def test_many_processes_create_and_write_one_store(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    start = time.time() + 1.5
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "s"), str(n), str(start)],
+                              stderr=subprocess.PIPE, text=True) for n in range(6)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    store = ResponseStore(tmp_path / "s")
+    assert store.count() == 30 + 6 * 40
+    assert store.get_many("m", ["k7"]) == {"k7": "answer 7"}
+
+
 def test_identity_of_adapters_without_fingerprint_includes_their_arguments():
     class Bare(Model):
         name = "bare"
