@@ -14,6 +14,7 @@ from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.model import Model, ProgressCallback
 from mmcomp_eval.api.request import GenerationRequest
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.models.registry import MODELS
 
 ANSWER_KINDS = ("verb", "noun", "narration")
 
@@ -61,11 +62,4 @@ def mrh_atom_scores(rows: Sequence[dict]) -> dict[str, float]:
     return out
 
 
-def _register() -> None:
-    from mmcomp_eval.models.registry import MODELS
-
-    if "mrh" not in MODELS:
-        MODELS.add("mrh", MostRecentHeuristic)
-
-
-_register()
+MODELS.add("mrh", MostRecentHeuristic)
