@@ -19,6 +19,7 @@ SUBCOMMANDS = ("run", "data", "ls", "validate", "perturb", "retrieval", "retriev
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="mmcomp-eval",
         description="Evaluate compositional generalisation of (multimodal) language models.",
     )

@@ -13,7 +13,8 @@ from mmcomp_eval.errors import UserError
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    run = sub.add_parser("run", help="evaluate a model on tasks (default command)")
+    # allow_abbrev=False: --num-processes relaunches the command and must find its own flag verbatim.
+    run = sub.add_parser("run", help="evaluate a model on tasks (default command)", allow_abbrev=False)
     run.add_argument("--model", required=True, help="adapter or preset name (see `mmcomp-eval ls models`)")
     run.add_argument("--model-args", default=None,
                      help='adapter arguments: key=value pairs separated by commas, values as JSON when they parse '

@@ -73,6 +73,12 @@ def load_compact(task: TaskConfig, split: str, ctx: DataContext) -> list[dict]:
         raise UserError(f"{task.source}: dataset option split_kind {kind!r} is not one of {', '.join(SPLIT_KINDS)}")
     if split not in SPLITS:
         raise UserError(f"task {task.task}: split '{split}' is not one of {', '.join(SPLITS)}{did_you_mean(split, SPLITS)}")
+    for key, value in opts.items():
+        default = getattr(BuildParams(), key)
+        expected = (int, float) if isinstance(default, float) or default is None else type(default)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, expected)):
+            raise UserError(f"{task.source}: dataset option {key}={value!r} must be a "
+                            f"{type(default).__name__ if default is not None else 'number'}")
     result = build_compact(ctx.ek100_dir, BuildParams(**opts), offline=ctx.offline)
     return load_split(result.directory, kind, split)
 
@@ -92,9 +98,12 @@ def load_jsonl(task: TaskConfig, split: str, ctx: DataContext) -> list[dict]:
             for line_no, line in enumerate(f, start=1):
                 if line.strip():
                     try:
-                        rows.append(json.loads(line))
+                        row = json.loads(line)
                     except json.JSONDecodeError as exc:
                         raise UserError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
+                    if not isinstance(row, dict):
+                        raise UserError(f"{path}:{line_no}: expected a JSON object per line, got {type(row).__name__}")
+                    rows.append(row)
     except FileNotFoundError:
         raise UserError(f"{path}: file not found (dataset of task {task.task}, split {split})") from None
     return rows

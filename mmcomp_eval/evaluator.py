@@ -160,15 +160,16 @@ def predict(prepared: PreparedTask, model: Model, seed: int, progress: bool) -> 
     return raw, [parse_generation(r) for r in raw]
 
 
-def score(prepared: PreparedTask, predictions: Sequence[str], resources) -> dict:
+def build_metrics(task: TaskConfig, resources) -> list:
+    """The task's metrics, built before inference so a bad option or a missing scoring model fails early."""
     from mmcomp_eval.metrics import build_metric
 
+    return [build_metric(mc.name, mc.options, resources) for mc in task.metrics]
+
+
+def score(prepared: PreparedTask, predictions: Sequence[str], metrics: Sequence) -> dict:
     refs = [str(d[prepared.config.target_field]) for d in prepared.docs]
-    out = {}
-    for mc in prepared.config.metrics:
-        metric = build_metric(mc.name, mc.options, resources)
-        out[metric.name] = (metric.compute(predictions, refs, prepared.docs), metric.describe())
-    return out
+    return {m.name: (m.compute(predictions, refs, prepared.docs), m.describe()) for m in metrics}
 
 
 def metric_resources(tasks: Sequence[TaskConfig], opts: RunOptions):
@@ -190,12 +191,13 @@ def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOp
     """Evaluate; ``None`` in a data-parallel helper process (process 0 writes the results)."""
     opts.validate()
     prepared = [prepare(t, model, opts, index) for t in tasks]  # all checks before any inference
+    resources = metric_resources(tasks, opts)
+    metrics = {t.task: build_metrics(t, resources) for t in tasks}
     proc = parallel.current()
     if proc.world_size > 1 and not model.uses_documents:
         parallel.answer_shard(model, [requests_for(p, s) for p in prepared for s in opts.seeds], proc)
     if not proc.is_main:
         return None
-    resources = metric_resources(tasks, opts)
     record = RunRecord(model=model_info, config=_run_config(opts))
     for p in prepared:
         per_seed: dict[str, list[float]] = {}
@@ -203,7 +205,7 @@ def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOp
         seed_runs: list[tuple[list[str], dict]] = []
         for seed in opts.seeds:
             raw, preds = predict(p, model, seed, opts.progress)
-            scored = score(p, preds, resources)
+            scored = score(p, preds, metrics[p.config.task])
             writer.append_samples(_sample_rows(p, seed, raw, preds, scored))
             seed_runs.append((preds, {name: result for name, (result, _) in scored.items()}))
             for name, (result, describe) in scored.items():

@@ -65,13 +65,18 @@ class PromptTemplate:
     def render(self, doc: Document, shots: Sequence[Document], instruction: str, *,
                chat: bool = False) -> RenderedPrompt:
         images: list[ImageRef] = []
+        doc_fields, shot_fields = dict(doc.fields), [dict(s.fields) for s in shots]
+        # Templates see plain dicts; map each back to its document's id (the
+        # task's id_field, not necessarily a field called "id").
+        owner = {id(f): d.id for f, d in zip([doc_fields, *shot_fields], [doc, *shots])}
 
         def image(d, i: int) -> str:
-            images.append(ImageRef(str(d["id"]), int(i)))
+            if id(d) not in owner:
+                raise UserError(f"{self.path}: image() takes `doc` or a shot from `shots`, got {type(d).__name__}")
+            images.append(ImageRef(owner[id(d)], int(i)))
             return IMAGE_PLACEHOLDER
 
-        ctx = {"doc": dict(doc.fields), "shots": [dict(s.fields) for s in shots],
-               "instruction": instruction, "image": image}
+        ctx = {"doc": doc_fields, "shots": shot_fields, "instruction": instruction, "image": image}
         try:
             text = self._template.render(ctx)
             in_text_order = tuple(images)

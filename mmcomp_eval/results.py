@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mmcomp_eval import __version__
+from mmcomp_eval.errors import UserError
 from mmcomp_eval.paths import REPO_ROOT
 
 SCHEMA_VERSION = 1
@@ -83,15 +84,22 @@ class ResultWriter:
 
     def __init__(self, directory: Path | None):
         self.directory = Path(directory) if directory else None
+        # The previous run's samples.jsonl is replaced at the first append, not
+        # here: a run that fails its checks must leave the old files as they were.
+        self._started = False
         if self.directory is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            # A new run starts a new samples file; results.json is replaced at the first task.
-            (self.directory / "samples.jsonl").write_text("")
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UserError(f"--output-path {self.directory}: cannot create the folder ({exc.strerror}); "
+                                "name a folder that can be created") from None
 
     def append_samples(self, rows: list[dict]) -> None:
         if self.directory is None:
             return
-        with (self.directory / "samples.jsonl").open("a", encoding="utf-8") as f:
+        mode = "a" if self._started else "w"
+        self._started = True
+        with (self.directory / "samples.jsonl").open(mode, encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
 

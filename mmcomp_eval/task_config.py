@@ -142,6 +142,11 @@ class TaskConfig:
             raise UserError(f"{where}: generation.max_new_tokens must be at least 1")
         if not self.metrics:
             raise UserError(f"{where}: 'metrics' is empty; name at least one metric")
+        names = [m.name for m in self.metrics]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise UserError(f"{where}: metric '{dupes[0]}' is listed twice; results are keyed by metric name, "
+                            "so score the second variant in a task of its own (include: this file)")
         if self.media is not None:
             _one_of(where, "media.on_error", self.media.on_error, ("stop", "skip"))
         if self.perturbation is not None:

@@ -191,3 +191,36 @@ def test_atom_classification_by_ranking_class_names(user_tasks, tiny_llama_dir, 
     class_names = {key.replace("-", " ") for _, key, _, _ in VERB_CLASSES}
     assert len(samples) == 6
     assert all(s["prediction"] in class_names for s in samples)
+
+
+def test_review_fixes_bad_inputs_are_one_line_errors(user_tasks, tmp_path, capsys):
+    # two metrics with one name would overwrite each other's results
+    (user_tasks / "echo_task.yaml").write_text(USER_TASK.replace("metrics: [exact_match, bleu]",
+                                                                 "metrics: [bleu, {name: bleu, options: {max_n: 4}}]"))
+    rc, _, err = _run(capsys, "ls", "tasks", "--include-path", str(user_tasks))
+    assert rc == 2 and "metric 'bleu' is listed twice" in err
+    (user_tasks / "echo_task.yaml").write_text(USER_TASK)
+    # a JSONL line that is JSON but not an object
+    (user_tasks / "docs.jsonl").write_text('{"id": "a", "word": "x", "answer": "x"}\n5\n')
+    rc, _, err = _run(capsys, "validate", str(user_tasks / "echo_task.yaml"))
+    assert rc == 2 and "docs.jsonl:2: expected a JSON object per line, got int" in err
+    # mrh on documents without context + target lists
+    (user_tasks / "docs.jsonl").write_text('{"id": "a", "word": "x", "answer": "x", "verbs": ["v"], "nouns": ["n"]}\n')
+    rc, _, err = _run(capsys, "--model", "mrh", "--tasks", "echo_task", "--include-path", str(user_tasks),
+                      "--no-progress", "--no-cache")
+    assert rc == 2 and "has no 'verbs'/'nouns' lists" in err
+
+
+def test_failed_checks_keep_previous_result_files(user_tasks, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "samples.jsonl").write_text("previous run\n")
+    rc, _, err = _run(capsys, "--model", "mrh", "--tasks", "echo_task", "--include-path", str(user_tasks),
+                      "--split", "tst", "--output-path", str(out_dir), "--no-progress")
+    assert rc == 2
+    assert (out_dir / "samples.jsonl").read_text() == "previous run\n"
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    rc, _, err = _run(capsys, "--model", "mrh", "--tasks", "echo_task", "--include-path", str(user_tasks),
+                      "--output-path", str(afile), "--no-progress")
+    assert rc == 2 and "--output-path" in err and "Traceback" not in err

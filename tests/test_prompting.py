@@ -80,3 +80,11 @@ def test_syntax_error_names_line(tmp_path):
     t.write_text("ok\n{% for %}")
     with pytest.raises(UserError, match=r"t.jinja:2: template syntax error"):
         PromptTemplate(t)
+
+
+def test_image_refs_use_the_documents_ids_not_a_field_named_id():
+    """Tasks may name their id field differently; image refs carry Document.id."""
+    doc = Document("clip-7", {"narrations": ["a", "b", "c", "d"], "trg_narration": "d"})
+    shot = Document("clip-3", {"narrations": ["e", "f", "g", "h"], "trg_narration": "h"})
+    p = PromptTemplate(BUILTIN_PROMPTS / "compact_idefics.jinja").render(doc, [shot], "I")
+    assert [i.doc_id for i in p.images] == ["clip-3"] * 3 + ["clip-7"] * 3

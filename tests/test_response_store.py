@@ -183,16 +183,17 @@ def _cli(capsys, *argv):
     return rc, out, err
 
 
-def test_failed_scoring_is_redone_from_the_store(user_tasks, tiny_llama_dir, tmp_path, capsys):
-    """A metric whose model is missing fails after inference; the rerun asks the model nothing."""
+def test_failed_scoring_is_redone_from_the_store(user_tasks, tiny_llama_dir, tiny_ek100, tmp_path, capsys):
+    """Scoring that fails after inference (documents lack the class ids category accuracy
+    needs); the rerun with the task fixed asks the model nothing it already answered."""
     broken = USER_TASK.replace("metrics: [exact_match, bleu]",
-                               "metrics: [exact_match, {name: bertscore, options: {model: nobody/no-such-model}}]")
+                               "metrics: [exact_match, {name: category_accuracy, options: {atom: verb}}]")
     (user_tasks / "echo_task.yaml").write_text(broken)
     common = ["--model", "hf", "--model-args", f"pretrained={tiny_llama_dir},batch_size=3", "--tasks", "echo_task",
               "--include-path", str(user_tasks), "--no-progress", "--cache-dir", str(tmp_path / "store"),
-              "--seeds", "2", "--offline"]
+              "--seeds", "2", "--offline", "--ek100-dir", str(tiny_ek100)]
     rc, _, err = _cli(capsys, *common, "--output-path", str(tmp_path / "a"))
-    assert rc == 2 and "nobody/no-such-model" in err
+    assert rc == 2 and "trg_verb_class" in err
     store = ResponseStore(tmp_path / "store")
     assert store.count() == 8  # seed 0 was answered before scoring failed
 

@@ -84,6 +84,7 @@ class HFCausalLM(Model):
         #: the folder weights were read from; a GGUF cache entry when one served them
         self.loaded_from: str = ""
         self.converted_now = False
+        self.tokenizer_source = tokenizer
         self._load(tokenizer, device, device_map, max_length, gguf_cache)
 
     # -- loading -----------------------------------------------------------
@@ -360,12 +361,21 @@ class HFCausalLM(Model):
             "architecture": type(self.model).__name__,
             "device": self.device.type,
             "max_length": self.max_length,
+            # A different tokenizer or chat template changes answers of the same weights.
+            "tokenizer": self.tokenizer_source,
+            "chat_template_sha256": _sha256_text(getattr(self.tokenizer, "chat_template", None)),
             "transformers": transformers.__version__,
             "torch": torch.__version__,
         }
 
 
 # -- module helpers ------------------------------------------------------------
+
+
+def _sha256_text(text) -> str | None:
+    import hashlib
+
+    return hashlib.sha256(str(text).encode()).hexdigest() if text else None
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model")

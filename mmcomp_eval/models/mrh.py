@@ -22,13 +22,10 @@ ANSWER_KINDS = ("verb", "noun", "narration")
 def mrh_prediction(fields, answer_kind: str) -> str:
     """The last context clip's verb / noun (normalised), or both for a narration."""
     verb, noun = fields["verbs"][-2], fields["nouns"][-2]
-    if answer_kind == "verb":
-        return verb
-    if answer_kind == "noun":
-        return noun
-    if answer_kind == "narration":
-        return f"{verb} {noun}"
-    raise UserError(f"model 'mrh': answer kind {answer_kind!r} is not one of {', '.join(ANSWER_KINDS)}")
+    answers = {"verb": verb, "noun": noun, "narration": f"{verb} {noun}"}
+    if answer_kind not in answers:
+        raise UserError(f"model 'mrh': answer kind {answer_kind!r} is not one of {', '.join(ANSWER_KINDS)}")
+    return answers[answer_kind]
 
 
 class MostRecentHeuristic(Model):
@@ -40,8 +37,8 @@ class MostRecentHeuristic(Model):
 
     def predict_from_documents(self, docs: Sequence[Document], target: str) -> list[str]:
         for d in docs:
-            if "verbs" not in d.fields or "nouns" not in d.fields:
-                raise UserError(f"model 'mrh': document {d.id} has no 'verbs'/'nouns' fields; "
+            if not all(isinstance(d.fields.get(k), list) and len(d.fields[k]) >= 2 for k in ("verbs", "nouns")):
+                raise UserError(f"model 'mrh': document {d.id} has no 'verbs'/'nouns' lists of context + target; "
                                 "MRH needs CompAct documents")
         return [mrh_prediction(d.fields, target) for d in docs]
 
