@@ -136,11 +136,30 @@ def _check_key(key: Any, piece: str) -> None:
         raise UserError(f"--model-args: bad key '{key}' in '{piece}' (keys are identifiers like batch_size)")
 
 
+class _Int(int):
+    """An int that remembers how it was written, for string parameters (revision=1e5)."""
+
+    raw: str
+
+
+class _Float(float):
+    raw: str
+
+
+def _keep_raw(value: Any, raw: str) -> Any:
+    kind = {int: _Int, float: _Float}.get(type(value))
+    if kind is None:
+        return value
+    out = kind(value)
+    out.raw = raw
+    return out
+
+
 def _parse_value(raw: str, piece: str) -> Any:
     if len(raw) >= 2 and raw[0] == raw[-1] == "'":
         return raw[1:-1]
     try:
-        return json.loads(raw)
+        return _keep_raw(json.loads(raw), raw)
     except json.JSONDecodeError:
         pass
     if raw and raw[0] in "\"[{":
@@ -209,6 +228,10 @@ def _coerce(key: str, value: Any, hint: Any, owner: str) -> Any:
     elif isinstance(value, bool):
         if bool in wanted:
             return value
+    elif hasattr(value, "raw") and str in wanted and not {int, float} & set(wanted):
+        return value.raw  # a string parameter keeps the text as typed: revision=1e5 stays '1e5'
+    elif type(value) in (_Int, _Float) and type(value).__mro__[1] in wanted:
+        return type(value).__mro__[1](value)
     elif type(value) in wanted:
         return value
     elif bool in wanted and str(value).lower() in _TRUE | _FALSE:

@@ -50,9 +50,6 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted([*self._items, *self._aliases])
 
-    def aliases_of(self, name: str) -> list[str]:
-        return sorted(a for a, target in self._aliases.items() if target == name)
-
     def __contains__(self, name: str) -> bool:
         return name in self._items or name in self._aliases
 

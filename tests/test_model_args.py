@@ -118,3 +118,12 @@ def test_registry_knows_adapters_aliases_and_presets():
         MODELS.resolve("llama-2-7b")
     with pytest.raises(ValueError, match="registered twice"):
         MODELS.add_preset("hf", "hf")
+
+
+def test_string_parameters_keep_numbers_as_typed():
+    """A commit hash or tag that looks like a number must not be turned into a float."""
+    from mmcomp_eval.models.hf import HFCausalLM
+
+    args = coerce_kwargs(HFCausalLM, parse_model_args("pretrained=x,revision=1e5,tokenizer=12e4567,batch_size=4"))
+    assert args["revision"] == "1e5" and args["tokenizer"] == "12e4567"
+    assert args["batch_size"] == 4 and type(args["batch_size"]) is int

@@ -63,9 +63,6 @@ class BuildResult:
     stats: dict
     cached: bool
 
-    def split_path(self, kind: str, split: str) -> Path:
-        return self.directory / kind / f"{split}.jsonl"
-
 
 def build_compact(ek100_dir: Path | None = None, params: BuildParams = BuildParams(), *,
                   offline: bool = False, cache_root: Path | None = None, force: bool = False) -> BuildResult:

@@ -42,13 +42,6 @@ MEDIA_DIR_ENV = "MMCOMP_MEDIA_DIR"
 ON_ERROR = ("stop", "skip")
 
 
-def parse_ref(ref: str) -> tuple[str, int]:
-    doc_id, sep, clip = ref.rpartition("#")
-    if not sep or not clip.isdigit():
-        raise ValueError(f"image reference {ref!r} is not 'doc_id#clip'")
-    return doc_id, int(clip)
-
-
 def _root(value: str | None, base: Path | None) -> Path | None:
     if not value:
         return None

@@ -59,11 +59,6 @@ class DecodeCounter:
             self.frames += frames
             self.files_opened += files
 
-    def reset(self) -> None:
-        with self._lock:
-            self.frames = 0
-            self.files_opened = 0
-
 
 DECODES = DecodeCounter()
 

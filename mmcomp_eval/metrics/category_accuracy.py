@@ -42,6 +42,8 @@ TARGET_FIELDS = {"verb": ("trg_verb_class",), "noun": ("trg_noun_class",),
 
 @METRICS.register("category_accuracy", aliases=("ca",))
 class CategoryAccuracy(Metric):
+    """EK-100 class match of the predicted verb/noun (or both) with the target's."""
+
     name = "category_accuracy"
 
     def __init__(self, resources: MetricResources = NO_RESOURCES, *, atom: str = "action"):

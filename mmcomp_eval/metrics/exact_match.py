@@ -26,6 +26,8 @@ def normalise(text: str) -> str:
 
 @METRICS.register("exact_match", aliases=("em",))
 class ExactMatch(Metric):
+    """Exact match after normalisation (case, "_" = space, whitespace, trailing period)."""
+
     name = "exact_match"
 
     def __init__(self, resources: MetricResources = NO_RESOURCES):
