@@ -5,53 +5,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from mmcomp_eval.cli import main
-
-USER_TASK = """
-task: echo_task
-dataset:
-  name: jsonl
-  options:
-    files: {test: docs.jsonl, train: docs.jsonl}
-target_field: answer
-answer_kind: text
-prompt: {template: echo.jinja, instruction: Repeat the word.}
-fewshot: {sampler: first, k: 2}
-generation: {max_new_tokens: 4, stop: ["\\n"]}
-metrics: [exact_match, bleu]
-"""
-USER_TEMPLATE = """{%- macro input(d) -%}word: {{ d.word }} =>{%- endmacro -%}
-{%- macro answer(d) -%}{{ d.answer }}{%- endmacro -%}
-{{ instruction }}
-{% for s in shots -%}{{ input(s) }} {{ answer(s) }}
-{% endfor -%}{{ input(doc) }}"""
+from user_task import USER_TASK, make_user_tasks, run_cli
 
 
 @pytest.fixture
 def user_tasks(tmp_path):
-    d = tmp_path / "my_tasks"
-    d.mkdir()
-    (d / "echo_task.yaml").write_text(USER_TASK)
-    (d / "echo.jinja").write_text(USER_TEMPLATE)
-    words = ["knife", "plate", "onion", "board", "pan", "spoon"]
-    (d / "docs.jsonl").write_text("".join(json.dumps({"id": f"w{i}", "word": w, "answer": w}) + "\n"
-                                          for i, w in enumerate(words)))
-    return d
-
-
-def _run(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
+    return make_user_tasks(tmp_path)
 
 
 def test_user_task_from_include_path_runs_end_to_end(user_tasks, tiny_llama_dir, tmp_path, capsys):
     out_dir = tmp_path / "out"
-    rc, out, err = _run(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir},batch_size=4",
+    rc, out, err = run_cli(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir},batch_size=4",
                         "--tasks", "echo_task", "--include-path", str(user_tasks), "--output-path", str(out_dir),
                         "--no-progress", "--seeds", "2")
     assert rc == 0, err
@@ -73,13 +40,13 @@ def test_user_task_from_include_path_runs_end_to_end(user_tasks, tiny_llama_dir,
 
 
 def test_ls_and_validate(user_tasks, capsys):
-    rc, out, _ = _run(capsys, "ls", "tasks", "--include-path", str(user_tasks))
+    rc, out, _ = run_cli(capsys, "ls", "tasks", "--include-path", str(user_tasks))
     assert rc == 0 and "echo_task" in out and "compact_nup" in out
-    rc, out, _ = _run(capsys, "ls", "models")
+    rc, out, _ = run_cli(capsys, "ls", "models")
     assert rc == 0 and "smollm2-135m" in out and "mrh" in out
-    rc, out, _ = _run(capsys, "ls", "metrics")
+    rc, out, _ = run_cli(capsys, "ls", "metrics")
     assert rc == 0 and "bleu" in out and "category_accuracy" in out
-    rc, out, _ = _run(capsys, "validate", str(user_tasks / "echo_task.yaml"))
+    rc, out, _ = run_cli(capsys, "validate", str(user_tasks / "echo_task.yaml"))
     assert rc == 0
     assert "word: plate => plate\nword: onion => onion\nword: knife =>" in out
 
@@ -91,7 +58,7 @@ def test_ls_and_validate(user_tasks, capsys):
     (["--model", "hf", "--model-args", "pretrained=x,,", "--tasks", "echo_task"], "model-args"),
 ])
 def test_bad_input_is_one_line_exit_2(user_tasks, capsys, argv, fragment):
-    rc, out, err = _run(capsys, *argv, "--include-path", str(user_tasks), "--no-progress")
+    rc, out, err = run_cli(capsys, *argv, "--include-path", str(user_tasks), "--no-progress")
     assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mmcomp-eval: error:"), err
@@ -99,18 +66,18 @@ def test_bad_input_is_one_line_exit_2(user_tasks, capsys, argv, fragment):
 
 
 def test_shots_larger_than_pool(user_tasks, tiny_llama_dir, capsys):
-    rc, _, err = _run(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir}", "--tasks", "echo_task",
+    rc, _, err = run_cli(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir}", "--tasks", "echo_task",
                       "--shots", "9", "--include-path", str(user_tasks), "--no-progress")
     assert rc == 2 and "--shots 9 is larger than the few-shot pool (6 documents, the query excluded)" in err
 
 
 def test_bad_task_files_are_one_line_errors(user_tasks, capsys):
     (user_tasks / "echo_task.yaml").write_text(USER_TASK.replace("target_field", "target_feild"))
-    rc, _, err = _run(capsys, "ls", "tasks", "--include-path", str(user_tasks))
+    rc, _, err = run_cli(capsys, "ls", "tasks", "--include-path", str(user_tasks))
     assert rc == 2 and "unknown key 'target_feild' (did you mean 'target_field'?)" in err
     (user_tasks / "echo_task.yaml").write_text(USER_TASK)
     (user_tasks / "echo.jinja").write_text("{{ doc.wrd }}")
-    rc, _, err = _run(capsys, "validate", str(user_tasks / "echo_task.yaml"))
+    rc, _, err = run_cli(capsys, "validate", str(user_tasks / "echo_task.yaml"))
     assert rc == 2 and "wrd" in err and len(err.strip().splitlines()) == 1
 
 
@@ -128,7 +95,7 @@ def test_smollm2_five_shot_compact_nup(reference_ek100, tmp_path, capsys):
     runs = []
     for name in ("a", "b"):
         out_dir = tmp_path / name
-        rc, out, err = _run(capsys, "--model", "smollm2-135m", "--tasks", "compact_nup", "--shots", "5",
+        rc, out, err = run_cli(capsys, "--model", "smollm2-135m", "--tasks", "compact_nup", "--shots", "5",
                             "--limit", "6", "--offline", "--no-progress", "--ek100-dir", str(reference_ek100),
                             "--output-path", str(out_dir), "--no-cache")  # b must really run the model again
         assert rc == 0, err
@@ -151,7 +118,7 @@ def test_mrh_through_the_evaluator_matches_the_builder(reference_ek100, tmp_path
     from mmcomp_eval.models.mrh import mrh_atom_scores
 
     expected = mrh_atom_scores(load_split(build_compact(reference_ek100).directory, "compositional", "test"))
-    rc, _, err = _run(capsys, "--model", "mrh", "--tasks", "compact_verb,compact_noun", "--no-progress",
+    rc, _, err = run_cli(capsys, "--model", "mrh", "--tasks", "compact_verb,compact_noun", "--no-progress",
                       "--ek100-dir", str(reference_ek100), "--output-path", str(tmp_path / "o"))
     assert rc == 0, err
     tasks = json.loads((tmp_path / "o" / "results.json").read_text())["tasks"]
@@ -183,7 +150,7 @@ def test_atom_classification_by_ranking_class_names(user_tasks, tiny_llama_dir, 
 
     (user_tasks / "rank_verbs.yaml").write_text(RANK_TASK)
     out_dir = tmp_path / "rank"
-    rc, out, err = _run(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir}", "--tasks",
+    rc, out, err = run_cli(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir}", "--tasks",
                         "rank_verbs", "--include-path", str(user_tasks), "--ek100-dir", str(tiny_ek100),
                         "--output-path", str(out_dir), "--no-progress")
     assert rc == 0, err
@@ -197,16 +164,16 @@ def test_review_fixes_bad_inputs_are_one_line_errors(user_tasks, tmp_path, capsy
     # two metrics with one name would overwrite each other's results
     (user_tasks / "echo_task.yaml").write_text(USER_TASK.replace("metrics: [exact_match, bleu]",
                                                                  "metrics: [bleu, {name: bleu, options: {max_n: 4}}]"))
-    rc, _, err = _run(capsys, "ls", "tasks", "--include-path", str(user_tasks))
+    rc, _, err = run_cli(capsys, "ls", "tasks", "--include-path", str(user_tasks))
     assert rc == 2 and "metric 'bleu' is listed twice" in err
     (user_tasks / "echo_task.yaml").write_text(USER_TASK)
     # a JSONL line that is JSON but not an object
     (user_tasks / "docs.jsonl").write_text('{"id": "a", "word": "x", "answer": "x"}\n5\n')
-    rc, _, err = _run(capsys, "validate", str(user_tasks / "echo_task.yaml"))
+    rc, _, err = run_cli(capsys, "validate", str(user_tasks / "echo_task.yaml"))
     assert rc == 2 and "docs.jsonl:2: expected a JSON object per line, got int" in err
     # mrh on documents without context + target lists
     (user_tasks / "docs.jsonl").write_text('{"id": "a", "word": "x", "answer": "x", "verbs": ["v"], "nouns": ["n"]}\n')
-    rc, _, err = _run(capsys, "--model", "mrh", "--tasks", "echo_task", "--include-path", str(user_tasks),
+    rc, _, err = run_cli(capsys, "--model", "mrh", "--tasks", "echo_task", "--include-path", str(user_tasks),
                       "--no-progress", "--no-cache")
     assert rc == 2 and "has no 'verbs'/'nouns' lists" in err
 
@@ -215,12 +182,12 @@ def test_failed_checks_keep_previous_result_files(user_tasks, tmp_path, capsys):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     (out_dir / "samples.jsonl").write_text("previous run\n")
-    rc, _, err = _run(capsys, "--model", "mrh", "--tasks", "echo_task", "--include-path", str(user_tasks),
+    rc, _, err = run_cli(capsys, "--model", "mrh", "--tasks", "echo_task", "--include-path", str(user_tasks),
                       "--split", "tst", "--output-path", str(out_dir), "--no-progress")
     assert rc == 2
     assert (out_dir / "samples.jsonl").read_text() == "previous run\n"
     afile = tmp_path / "afile"
     afile.write_text("")
-    rc, _, err = _run(capsys, "--model", "mrh", "--tasks", "echo_task", "--include-path", str(user_tasks),
+    rc, _, err = run_cli(capsys, "--model", "mrh", "--tasks", "echo_task", "--include-path", str(user_tasks),
                       "--output-path", str(afile), "--no-progress")
     assert rc == 2 and "--output-path" in err and "Traceback" not in err

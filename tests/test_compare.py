@@ -20,7 +20,7 @@ from mmcomp_eval.metrics.bleu import Bleu
 from mmcomp_eval.results import ResultWriter
 from mmcomp_eval.task_index import TaskIndex
 
-from test_cli import USER_TASK, USER_TEMPLATE
+from user_task import USER_TASK, USER_TEMPLATE
 
 WORDS = ["knife", "plate", "onion", "board", "pan", "spoon", "cup", "fork", "bowl", "pot", "lid", "tap",
          "jar", "egg", "oil", "salt", "rice", "milk", "tea", "bag"] * 2

@@ -24,7 +24,6 @@ import torch
 from mmcomp_eval.api.request import ChatMessage, GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import create_model, gguf_cache
-from mmcomp_eval.models.hf import HFCausalLM
 
 SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

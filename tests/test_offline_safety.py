@@ -12,7 +12,7 @@ from mmcomp_eval.cli import main
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.prompting import PromptTemplate
 
-from test_cli import USER_TASK, USER_TEMPLATE
+from user_task import USER_TASK, USER_TEMPLATE
 
 
 @pytest.fixture

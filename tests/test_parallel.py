@@ -13,7 +13,7 @@ import pytest
 from mmcomp_eval.cli import main
 from mmcomp_eval.parallel import ProcessInfo, current
 
-from test_cli import USER_TASK, USER_TEMPLATE
+from user_task import USER_TASK, USER_TEMPLATE
 
 
 def test_process_info_from_launcher_variables(monkeypatch):

@@ -12,10 +12,9 @@ import pytest
 from mmcomp_eval.api.model import Model
 from mmcomp_eval.api.request import ChatMessage, GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.caching_model import CachingModel, cache_identity
-from mmcomp_eval.cli import main
 from mmcomp_eval.response_store import ResponseStore, model_key, request_key
 
-from test_cli import USER_TASK, USER_TEMPLATE  # noqa: F401  (the CLI tests' user task)
+from user_task import USER_TASK, WORDS, make_user_tasks, run_cli
 
 
 class Crash(Exception):
@@ -167,20 +166,7 @@ def test_loglikelihood_is_cached_exactly(tmp_path):
 
 @pytest.fixture
 def user_tasks(tmp_path):
-    d = tmp_path / "my_tasks"
-    d.mkdir()
-    (d / "echo_task.yaml").write_text(USER_TASK)
-    (d / "echo.jinja").write_text(USER_TEMPLATE)
-    words = ["knife", "plate", "onion", "board", "pan", "spoon", "cup", "fork"]
-    (d / "docs.jsonl").write_text("".join(json.dumps({"id": f"w{i}", "word": w, "answer": w}) + "\n"
-                                          for i, w in enumerate(words)))
-    return d
-
-
-def _cli(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
+    return make_user_tasks(tmp_path, [*WORDS, "cup", "fork"])
 
 
 def test_failed_scoring_is_redone_from_the_store(user_tasks, tiny_llama_dir, tiny_ek100, tmp_path, capsys):
@@ -192,22 +178,22 @@ def test_failed_scoring_is_redone_from_the_store(user_tasks, tiny_llama_dir, tin
     common = ["--model", "hf", "--model-args", f"pretrained={tiny_llama_dir},batch_size=3", "--tasks", "echo_task",
               "--include-path", str(user_tasks), "--no-progress", "--cache-dir", str(tmp_path / "store"),
               "--seeds", "2", "--offline", "--ek100-dir", str(tiny_ek100)]
-    rc, _, err = _cli(capsys, *common, "--output-path", str(tmp_path / "a"))
+    rc, _, err = run_cli(capsys, *common, "--output-path", str(tmp_path / "a"))
     assert rc == 2 and "trg_verb_class" in err
     store = ResponseStore(tmp_path / "store")
     assert store.count() == 8  # seed 0 was answered before scoring failed
 
     (user_tasks / "echo_task.yaml").write_text(USER_TASK)
-    rc, _, err = _cli(capsys, *common, "--output-path", str(tmp_path / "b"))
+    rc, _, err = run_cli(capsys, *common, "--output-path", str(tmp_path / "b"))
     assert rc == 0, err
     cache = json.loads((tmp_path / "b" / "results.json").read_text())["cache"]
     assert cache["path"] == str(store.path) and (cache["hits"], cache["misses"]) == (8, 8)
-    rc, _, err = _cli(capsys, *common, "--output-path", str(tmp_path / "c"))
+    rc, _, err = run_cli(capsys, *common, "--output-path", str(tmp_path / "c"))
     assert rc == 0, err
     res_c = json.loads((tmp_path / "c" / "results.json").read_text())
     assert (res_c["cache"]["hits"], res_c["cache"]["misses"]) == (16, 0)
 
-    rc, _, err = _cli(capsys, *common, "--output-path", str(tmp_path / "d"), "--no-cache")
+    rc, _, err = run_cli(capsys, *common, "--output-path", str(tmp_path / "d"), "--no-cache")
     assert rc == 0, err
     res_d = json.loads((tmp_path / "d" / "results.json").read_text())
     assert res_d["cache"] == {"enabled": False}
