@@ -83,6 +83,22 @@ def _pooled(out: Any):
     return out if hasattr(out, "shape") else out.pooler_output
 
 
+def _batched(items: Sequence, batch_size: int, dim: int, encode: Callable[[list], Any]) -> np.ndarray:
+    """Run ``encode`` (a list -> feature tensor) over ``items`` in batches, without gradients.
+
+    All four encoders (CLIP text and frames, CLAP text and audio) batch the same
+    way; an empty input gives a (0, dim) array so callers need no special case.
+    """
+    import torch
+
+    out = []
+    for i in range(0, len(items), batch_size):
+        with torch.inference_mode():
+            feats = _pooled(encode(list(items[i:i + batch_size])))
+        out.append(feats.float().cpu().numpy())
+    return np.concatenate(out) if out else np.zeros((0, dim), dtype=np.float32)
+
+
 def _device(device: str | None):
     from mmcomp_eval.models.hf import _device as hf_device
 
@@ -94,7 +110,6 @@ class ClipEncoder:
 
     def __init__(self, pretrained: str, *, revision: str | None = None, device: str | None = None,
                  local_files_only: bool = False, batch_size: int = 64, arg: str = "pretrained"):
-        import torch
         from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
         if batch_size < 1:
@@ -112,33 +127,24 @@ class ClipEncoder:
         self.max_length = min(int(self.tokenizer.model_max_length),
                               int(self.model.config.text_config.max_position_embeddings))
         self.fingerprint = checkpoint_fingerprint(self.source, self.model, revision)
-        self._torch = torch
 
     def text(self, texts: Sequence[str]) -> np.ndarray:
         """Caption (or transcript) embeddings; text beyond the model's context is truncated."""
-        torch = self._torch
-        out = []
-        for i in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer(list(texts[i:i + self.batch_size]), padding=True, truncation=True,
-                                   max_length=self.max_length, return_tensors="pt").to(self.device)
-            with torch.inference_mode():
-                feats = _pooled(self.model.get_text_features(input_ids=batch["input_ids"],
-                                                             attention_mask=batch["attention_mask"]))
-            out.append(feats.float().cpu().numpy())
-        if not out:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return l2norm(np.concatenate(out), "a text embedding")
+        def encode(batch: list[str]):
+            enc = self.tokenizer(batch, padding=True, truncation=True, max_length=self.max_length,
+                                 return_tensors="pt").to(self.device)
+            return self.model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+
+        feats = _batched(texts, self.batch_size, self.dim, encode)
+        return l2norm(feats, "a text embedding") if len(feats) else feats
 
     def frames(self, images: Sequence[Image.Image]) -> np.ndarray:
         """Per-frame image embeddings (not normalised: :func:`mean_pool` does that)."""
-        torch = self._torch
-        out = []
-        for i in range(0, len(images), self.batch_size):
-            pixels = self.processor(images=list(images[i:i + self.batch_size]), return_tensors="pt")["pixel_values"]
-            with torch.inference_mode():
-                feats = _pooled(self.model.get_image_features(pixel_values=pixels.to(self.device)))
-            out.append(feats.float().cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0, self.dim), dtype=np.float32)
+        def encode(batch: list[Image.Image]):
+            pixels = self.processor(images=batch, return_tensors="pt")["pixel_values"]
+            return self.model.get_image_features(pixel_values=pixels.to(self.device))
+
+        return _batched(images, self.batch_size, self.dim, encode)
 
 
 def load_feature_file(path: Path, dim: int) -> np.ndarray:
@@ -219,7 +225,6 @@ class ClapEncoder:
 
     def __init__(self, pretrained: str, *, revision: str | None = None, device: str | None = None,
                  local_files_only: bool = False, batch_size: int = 16, arg: str = "clap"):
-        import torch
         from transformers import AutoFeatureExtractor, AutoTokenizer, ClapModel
 
         self.source = resolve_source(arg, pretrained)
@@ -234,32 +239,20 @@ class ClapEncoder:
         self.max_samples = int(self.extractor.nb_max_samples)
         self.dim = int(self.model.config.projection_dim)
         self.fingerprint = checkpoint_fingerprint(self.source, self.model, revision)
-        self._torch = torch
 
     def text(self, texts: Sequence[str]) -> np.ndarray:
-        torch = self._torch
-        out = []
-        for i in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer(list(texts[i:i + self.batch_size]), padding=True, truncation=True,
-                                   return_tensors="pt").to(self.device)
-            with torch.inference_mode():
-                feats = _pooled(self.model.get_text_features(input_ids=batch["input_ids"],
-                                                             attention_mask=batch["attention_mask"]))
-            out.append(feats.float().cpu().numpy())
-        if not out:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return l2norm(np.concatenate(out), "a CLAP text embedding")
+        def encode(batch: list[str]):
+            enc = self.tokenizer(batch, padding=True, truncation=True, return_tensors="pt").to(self.device)
+            return self.model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+
+        feats = _batched(texts, self.batch_size, self.dim, encode)
+        return l2norm(feats, "a CLAP text embedding") if len(feats) else feats
 
     def audio(self, waves: Sequence[np.ndarray]) -> np.ndarray:
-        torch = self._torch
-        out = []
-        for i in range(0, len(waves), self.batch_size):
-            batch = [centre_crop(w, self.max_samples) for w in waves[i:i + self.batch_size]]
-            inputs = self.extractor(batch, sampling_rate=self.sampling_rate, return_tensors="pt")
-            inputs = {k: v.to(self.device) for k, v in inputs.items()}
-            with torch.inference_mode():
-                feats = _pooled(self.model.get_audio_features(**inputs))
-            out.append(feats.float().cpu().numpy())
-        if not out:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return l2norm(np.concatenate(out), "an audio embedding")
+        def encode(batch: list[np.ndarray]):
+            cropped = [centre_crop(w, self.max_samples) for w in batch]
+            inputs = self.extractor(cropped, sampling_rate=self.sampling_rate, return_tensors="pt")
+            return self.model.get_audio_features(**{k: v.to(self.device) for k, v in inputs.items()})
+
+        feats = _batched(waves, self.batch_size, self.dim, encode)
+        return l2norm(feats, "an audio embedding") if len(feats) else feats
