@@ -114,10 +114,7 @@ def objshift(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> 
 @PERTURBATIONS.register("objrep")
 def objrep(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
     """Replace every noun with another noun of the dataset (same tag, not a synonym/antonym)."""
-    texts = _texts(caption)
-    for i in caption.indices(OBJECT):
-        texts[i] = replacer.replace(caption.tokens[i], rng) or texts[i]
-    return _render(caption, texts)
+    return _replace_role(caption, rng, replacer, OBJECT)
 
 
 @PERTURBATIONS.register("objpartial")
@@ -151,8 +148,13 @@ def actneg(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> st
 @PERTURBATIONS.register("actrep")
 def actrep(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
     """Replace every verb with another verb of the dataset (same tag, not a synonym/antonym)."""
+    return _replace_role(caption, rng, replacer, ACTION)
+
+
+def _replace_role(caption: ParsedCaption, rng: random.Random, replacer: Replacer, role) -> str:
+    """Each token of ``role`` replaced by the replacer's pick (kept when it has none)."""
     texts = _texts(caption)
-    for i in caption.indices(ACTION):
+    for i in caption.indices(role):
         texts[i] = replacer.replace(caption.tokens[i], rng) or texts[i]
     return _render(caption, texts)
 
