@@ -212,7 +212,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     k = cfg.fewshot.k if args.shots is None else args.shots
     pool = load_documents(cfg, cfg.fewshot_split, ctx) if k > 0 else []
     picks = build_sampler(cfg.fewshot.sampler, cfg.fewshot.options).select(docs[:1], pool, k, 0)[0]
-    template = PromptTemplate(find_template(cfg, tuple(args.include_path)))
+    template = PromptTemplate(find_template(cfg, tuple(args.include_path)), max_chars=cfg.prompt.max_chars)
     prompt = template.render(docs[0], [pool[i] for i in picks], cfg.prompt.instruction)
     print(f"{args.file}: task '{cfg.task}' OK ({len(docs)} {cfg.eval_split} documents, {k} shots)")
     print("--- prompt for document", docs[0].id, "---")

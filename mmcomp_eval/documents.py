@@ -17,6 +17,7 @@ from mmcomp_eval.data.captions import register_task_loaders
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.registry import Registry
 from mmcomp_eval.task_config import TaskConfig
+from mmcomp_eval.textfiles import json_error, read_text
 
 
 @dataclass(frozen=True)
@@ -87,25 +88,30 @@ def load_compact(task: TaskConfig, split: str, ctx: DataContext) -> list[dict]:
 def load_jsonl(task: TaskConfig, split: str, ctx: DataContext) -> list[dict]:
     opts = _options(task, {"files": {}})
     files = opts["files"]
+    if not isinstance(files, dict):
+        raise UserError(f"{task.source}: dataset.options.files is {files!r}; it must map each split to its file, "
+                        "e.g. files: {test: test.jsonl, train: train.jsonl}")
     if split not in files:
         raise UserError(f"{task.source}: dataset.options.files has no '{split}' file; add one or use --split")
+    if not isinstance(files[split], str) or not files[split]:
+        raise UserError(f"{task.source}: dataset.options.files.{split} is {files[split]!r}; expected a file name")
     path = Path(files[split])
     if not path.is_absolute() and task.source:
         path = Path(task.source).parent / path
-    rows = []
     try:
-        with path.open(encoding="utf-8") as f:
-            for line_no, line in enumerate(f, start=1):
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise UserError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
-                    if not isinstance(row, dict):
-                        raise UserError(f"{path}:{line_no}: expected a JSON object per line, got {type(row).__name__}")
-                    rows.append(row)
+        text = read_text(path)
     except FileNotFoundError:
         raise UserError(f"{path}: file not found (dataset of task {task.task}, split {split})") from None
+    rows = []
+    for line_no, line in enumerate(text.split("\n"), start=1):  # not splitlines(): JSON strings may hold U+2028
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise json_error(path, exc, line_no) from None
+            if not isinstance(row, dict):
+                raise UserError(f"{path}:{line_no}: expected a JSON object per line, got {type(row).__name__}")
+            rows.append(row)
     return rows
 
 

@@ -77,7 +77,7 @@ def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) 
     k = task.fewshot.k if opts.shots is None else opts.shots
     if model.uses_documents:
         return PreparedTask(task, split, docs, 0, None, {}, {s: [[] for _ in docs] for s in opts.seeds})
-    template = PromptTemplate(find_template(task, index.search_dirs))
+    template = PromptTemplate(find_template(task, index.search_dirs), max_chars=task.prompt.max_chars)
     sampler_name = opts.sampler or task.fewshot.sampler
     sampler = build_sampler(sampler_name, task.fewshot.options if sampler_name == task.fewshot.sampler else {})
     pool = load_documents(task, task.fewshot_split, opts.data) if k > 0 else []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mmcomp_eval.errors import UserError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -19,9 +21,19 @@ def cache_dir() -> Path:
 
 
 def data_dir() -> Path | None:
-    """``$MMCOMP_DATA_DIR``: a folder laid out like the project's reference data."""
+    """``$MMCOMP_DATA_DIR``: a folder laid out like the project's reference data.
+
+    Set but missing is an error, not a fallback: whoever set it expects those
+    files to be read, and silently downloading or failing later hides a typo.
+    """
     env = os.environ.get("MMCOMP_DATA_DIR")
-    return Path(env).expanduser() if env else None
+    if not env:
+        return None
+    d = Path(env).expanduser()
+    if not d.is_dir():
+        raise UserError(f"MMCOMP_DATA_DIR={env}: no such folder; point it at the reference data folder "
+                        "(holding ek100/, msrvtt/, ...) or unset it")
+    return d
 
 
 def is_offline() -> bool:

@@ -19,10 +19,13 @@ from typing import Any
 import yaml
 
 from mmcomp_eval.errors import UserError, did_you_mean
+from mmcomp_eval.textfiles import read_text
 
 ANSWER_KINDS = ("narration", "verb", "noun", "text")
 OUTPUT_TYPES = ("generate", "rank_choices")
 CHOICE_SOURCES = ("ek100_verb_classes", "ek100_noun_classes")
+#: default ``prompt.max_chars``: far above any few-shot prompt, far below what exhausts memory
+DEFAULT_MAX_PROMPT_CHARS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class PromptConfig:
     template: str
     #: passed to the template as ``instruction``
     instruction: str = ""
+    #: the most characters one rendered prompt (or chat turn) may have; a template
+    #: that would build more fails instead of exhausting memory
+    max_chars: int = DEFAULT_MAX_PROMPT_CHARS
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,8 @@ class TaskConfig:
             if self.choices is None:
                 raise UserError(f"{where}: output_type 'rank_choices' needs 'choices' ({', '.join(CHOICE_SOURCES)})")
             _one_of(where, "choices", self.choices, CHOICE_SOURCES)
+        if self.prompt.max_chars < 1:
+            raise UserError(f"{where}: prompt.max_chars is {self.prompt.max_chars}; expected at least 1")
         if self.fewshot.k < 0:
             raise UserError(f"{where}: fewshot.k is {self.fewshot.k}; expected 0 or more")
         if self.generation.max_new_tokens < 1:
@@ -175,9 +183,15 @@ def read_yaml(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
         chain = " -> ".join(p.name for p in (*_seen, path))
         raise UserError(f"{path}: include cycle ({chain}); remove one of the includes")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = read_text(path)
     except FileNotFoundError:
         raise UserError(f"{path}: task file not found") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.reader.ReaderError as exc:  # a control character: no mark, only a character offset
+        line = text.count("\n", 0, exc.position) + 1
+        raise UserError(f"{path}:{line}: malformed YAML (control character U+{exc.character:04X} is not allowed); "
+                        "remove it or quote it as an escape") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark else ""

@@ -13,8 +13,6 @@ msrvtt}``), one document per caption (or per video with ``unit: video``).
 
 from __future__ import annotations
 
-import csv
-import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -22,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 
 from mmcomp_eval import paths
+from mmcomp_eval import textfiles
 from mmcomp_eval.errors import UserError, did_you_mean
 
 
@@ -149,24 +148,11 @@ def find(d: Path, name: str, *candidates: str, why: str = "") -> Path:
 
 
 def read_lines(path: Path) -> list[str]:
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    return [line.strip() for line in textfiles.read_text(path).splitlines() if line.strip()]
 
 
 def read_csv(path: Path, required: Sequence[str]) -> list[dict]:
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise UserError(f"{path}: missing column '{missing[0]}'{did_you_mean(missing[0], reader.fieldnames or [])}"
-                            f"; expected columns {', '.join(required)}")
-        return list(reader)
+    return [row for _, row in textfiles.read_csv(path, required)]
 
 
 # ---------------------------------------------------------------- formats
@@ -194,7 +180,7 @@ def _msrvtt_train(d: Path, split: str) -> CaptionDataset:
     ids = msrvtt_train_list(size, d)
     data_path = find(d, "msrvtt", "MSRVTT_data.json",
                      why=f"the full MSR-VTT caption file with a 'sentences' list; the {size} list only names videos")
-    data = read_json(data_path)
+    data = textfiles.read_json(data_path)
     if not isinstance(data, dict) or not isinstance(data.get("sentences"), list):
         raise UserError(f"{data_path}: expected an object with a 'sentences' list of {{video_id, caption}}")
     wanted = set(ids)
@@ -206,7 +192,7 @@ def _msvd(d: Path, split: str) -> CaptionDataset:
     """A split list (test: 670 videos) with every caption of each video (about 40 each)."""
     list_path = find(d, "msvd", f"{split}_list.txt")
     caps_path = find(d, "msvd", "captions_msvd.json")
-    captions = read_json(caps_path)
+    captions = textfiles.read_json(caps_path)
     if not isinstance(captions, dict):
         raise UserError(f"{caps_path}: expected an object mapping video id -> list of captions")
     ids = read_lines(list_path)
@@ -217,7 +203,7 @@ def _msvd(d: Path, split: str) -> CaptionDataset:
 def _didemo(d: Path, split: str) -> CaptionDataset:
     """Paragraph-to-video (as CLIP4Clip): a video's descriptions joined in file order, one caption per video."""
     path = find(d, "didemo", f"{split}_data.json")
-    items = read_json(path)
+    items = textfiles.read_json(path)
     if not isinstance(items, list):
         raise UserError(f"{path}: expected a list of {{video, description}} objects")
     sentences: dict[str, list[str]] = defaultdict(list)
@@ -237,7 +223,7 @@ def _vatex(d: Path, split: str) -> CaptionDataset:
     """
     part = "val" if split == "test" else split
     en, ids = find(d, "vatex", f"{part}.en"), find(d, "vatex", f"{part}.id")
-    texts, keys = en.read_text(encoding="utf-8").splitlines(), read_lines(ids)
+    texts, keys = textfiles.read_text(en).splitlines(), read_lines(ids)
     while texts and not texts[-1].strip():
         texts.pop()
     if len(texts) != len(keys):
@@ -268,7 +254,7 @@ def _lsmdc(d: Path, split: str) -> CaptionDataset:
     path = find(d, "lsmdc", f"{stem}.csv", f"{stem}.tsv",
                 why="LSMDC is not public: request it from MPII and copy the LSMDC16 challenge files")
     pairs = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for line_no, line in enumerate(textfiles.read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         fields = line.rstrip("\n").split("\t")

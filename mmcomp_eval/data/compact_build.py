@@ -91,26 +91,10 @@ def _cache_key(files: ek100.EK100Files, params: BuildParams) -> str:
     h = hashlib.sha256()
     for f in files.all():
         h.update(f.name.encode())
-        h.update(_cached_sha256(f).encode())
+        h.update(ek100.cached_sha256(f).encode())
     h.update(json.dumps(asdict(params), sort_keys=True).encode())
     h.update(f"builder={BUILDER_VERSION}".encode())
     return h.hexdigest()[:20]
-
-
-def _cached_sha256(path: Path) -> str:
-    """Hash of a file, remembered by (path, size, mtime) so rebuilds skip rehashing."""
-    st = path.stat()
-    memo = paths.cache_dir() / "sha256" / hashlib.sha256(
-        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
-    if memo.is_file():
-        return memo.read_text().strip()
-    digest = ek100.file_sha256(path)
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        memo.write_text(digest)
-    except OSError:
-        pass  # a read-only cache only costs a rehash
-    return digest
 
 
 def _build(files: ek100.EK100Files, params: BuildParams) -> tuple[dict, dict]:

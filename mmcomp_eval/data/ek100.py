@@ -4,13 +4,18 @@ Accepts the official CSVs (``EPIC_100_train.csv``, ``EPIC_100_validation.csv``)
 and files with the same columns plus extras and empty cells (the project's
 reconstructed train file). Rows are validated as they are read so that a bad
 file fails with the file, row and column at fault instead of a wrong split.
+
+A file cut inside its last number still parses (``...,cooker,4`` for class
+46), so files with a pinned checksum are also compared against it; a copy
+changed on purpose is read after setting ``MMCOMP_EK100_ALLOW_MODIFIED=1``.
 """
 
 from __future__ import annotations
 
 import ast
-import csv
 import hashlib
+import logging
+import os
 import shutil
 import tempfile
 import urllib.error
@@ -20,6 +25,9 @@ from pathlib import Path
 
 from mmcomp_eval import paths
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.textfiles import read_csv
+
+log = logging.getLogger(__name__)
 
 OFFICIAL_BASE_URL = "https://raw.githubusercontent.com/epic-kitchens/epic-kitchens-100-annotations/master/"
 
@@ -36,6 +44,8 @@ CLASS_FILES = ("EPIC_100_verb_classes.csv", "EPIC_100_noun_classes.csv")
 #: Stand-ins accepted, in order, when the official train file is absent.
 TRAIN_CANDIDATES = ("EPIC_100_train.csv", "EPIC_100_train_reconstructed.csv")
 VALIDATION_FILE = "EPIC_100_validation.csv"
+#: set to 1 to read annotation files whose checksum differs from the official one (a warning instead of an error)
+ALLOW_MODIFIED_ENV = "MMCOMP_EK100_ALLOW_MODIFIED"
 
 REQUIRED_COLUMNS = ("narration_id", "video_id", "start_frame", "stop_frame",
                     "narration", "verb", "verb_class", "noun", "noun_class")
@@ -91,7 +101,59 @@ def locate(ek100_dir: Path | None, *, offline: bool = False) -> EK100Files:
     for f in files.all():
         if not f.is_file():
             raise UserError(f"{f}: file not found; --ek100-dir must hold the official EK-100 annotation CSVs")
+    for f in files.all():
+        verify(f)
     return files
+
+
+#: (path, size, mtime, modified copies allowed) already checked in this process: a run locates the files
+#: several times, and should warn once
+_checked: set[tuple[str, int, int, bool]] = set()
+
+
+def verify(path: Path) -> None:
+    """Compare a file with its official SHA-256; warn (once) where none is known.
+
+    The reference for a file is the pinned hash of its official name, else the
+    hash recorded next to it when it was downloaded (``<name>.sha256``).
+    """
+    st = path.stat()
+    allowed = os.environ.get(ALLOW_MODIFIED_ENV, "").lower() in {"1", "true", "yes"}
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, allowed)
+    if key in _checked:
+        return
+    got = cached_sha256(path)
+    expected = OFFICIAL_SHA256.get(path.name)
+    recorded = path.with_suffix(".sha256")
+    if expected is None and recorded.is_file():
+        expected = recorded.read_text(encoding="utf-8").strip()
+    if expected is None:
+        log.warning("%s: no official SHA-256 to check it against (its SHA-256 is %s); a truncated or edited copy "
+                    "would go unnoticed", path, got)
+    elif got != expected:
+        differs = f"{path}: SHA-256 {got} differs from the official file's {expected}"
+        if not allowed:
+            raise UserError(f"{differs}, so the copy is truncated or edited; download it again "
+                            f"({OFFICIAL_BASE_URL}{path.name}), or set {ALLOW_MODIFIED_ENV}=1 to read a copy "
+                            "you changed on purpose")
+        log.warning("%s; reading it anyway because %s is set", differs, ALLOW_MODIFIED_ENV)
+    _checked.add(key)
+
+
+def cached_sha256(path: Path) -> str:
+    """Hash of a file, remembered by (path, size, mtime) so later runs skip rehashing 100 MB."""
+    st = path.stat()
+    memo = paths.cache_dir() / "sha256" / hashlib.sha256(
+        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    if memo.is_file():
+        return memo.read_text().strip()
+    digest = file_sha256(path)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        memo.write_text(digest)
+    except OSError:
+        pass  # a read-only cache only costs a rehash
+    return digest
 
 
 def download(*, offline: bool = False, dest: Path | None = None) -> Path:
@@ -137,32 +199,28 @@ def file_sha256(path: Path) -> str:
 
 def read_clips(path: Path, verb_ids: set[int], noun_ids: set[int]) -> list[Clip]:
     path = Path(path)
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        header = reader.fieldnames or []
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
-        if missing:
-            raise UserError(f"{path}: missing column(s) {', '.join(missing)}; "
-                            f"expected the EK-100 annotation columns {', '.join(REQUIRED_COLUMNS)}")
-        return [_parse_row(path, row_no, row, verb_ids, noun_ids)
-                for row_no, row in enumerate(reader, start=2)]
+    return [_parse_row(path, line, row, verb_ids, noun_ids) for line, row in read_csv(path, REQUIRED_COLUMNS)]
 
 
-def _parse_row(path: Path, row_no: int, row: dict, verb_ids: set[int], noun_ids: set[int]) -> Clip:
+def _parse_row(path: Path, row_no: int, row: dict[str, str], verb_ids: set[int], noun_ids: set[int]) -> Clip:
+    # Every row has every header column (read_csv checks); optional columns may be absent from the header.
     def text(col: str) -> str | None:
-        value = (row.get(col) or "").strip()
+        value = row.get(col, "").strip()
         return value or None
 
+    def known_class(col: str, value: int, known: set[int]) -> int:
+        if value not in known:
+            raise UserError(f"{path}:{row_no}: column '{col}' is {value}, which is not in the EK-100 class "
+                            "table; check that the class CSVs match this annotation file")
+        return value
+
     def integer(col: str, known: set[int] | None = None) -> int:
-        raw = (row.get(col) or "").strip()
+        raw = row[col].strip()
         try:
             value = int(raw)
         except ValueError:
             raise UserError(f"{path}:{row_no}: column '{col}' is {raw!r}; expected an integer") from None
-        if known is not None and value not in known:
-            raise UserError(f"{path}:{row_no}: column '{col}' is {value}, which is not in the EK-100 class table; "
-                            "check that the class CSVs match this annotation file")
-        return value
+        return value if known is None else known_class(col, value, known)
 
     video_id = text("video_id")
     if video_id is None:
@@ -175,6 +233,17 @@ def _parse_row(path: Path, row_no: int, row: dict, verb_ids: set[int], noun_ids:
         except (ValueError, SyntaxError):
             raise UserError(f"{path}:{row_no}: column 'all_nouns' is {raw_nouns!r}; expected a list like ['knife']") from None
         all_nouns = tuple(str(n) for n in parsed)
+    raw_classes = text("all_noun_classes")
+    if raw_classes is not None:  # not kept, but a cut in the last column shows here
+        try:
+            classes = ast.literal_eval(raw_classes)
+            if not isinstance(classes, list) or not all(isinstance(c, int) for c in classes):
+                raise ValueError
+        except (ValueError, SyntaxError):
+            raise UserError(f"{path}:{row_no}: column 'all_noun_classes' is {raw_classes!r}; "
+                            "expected a list of class ids like [4, 46]") from None
+        for c in classes:
+            known_class("all_noun_classes", c, noun_ids)
     return Clip(
         narration_id=text("narration_id"),
         video_id=video_id,

@@ -11,11 +11,11 @@ spelling (``pick-up``, ``board:chopping``); predictions come as plain text
 from __future__ import annotations
 
 import ast
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.textfiles import read_csv
 
 MAX_VERB_TOKENS = 3
 MAX_NOUN_TOKENS = 4
@@ -141,23 +141,18 @@ def _read_class_table(path: Path, to_plain) -> tuple[list[AtomClass], dict[str, 
     classes: list[AtomClass] = []
     own: dict[str, int] = {}
     others: dict[str, int] = {}
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        missing = {"id", "key", "instances"} - set(reader.fieldnames or ())
-        if missing:
-            raise UserError(f"{path}: missing column(s) {', '.join(sorted(missing))}; expected id,key,instances,category")
-        for row_no, row in enumerate(reader, start=2):
-            try:
-                cid = int(row["id"])
-                instances = ast.literal_eval(row["instances"])
-                if not isinstance(instances, list):
-                    raise ValueError
-            except (ValueError, SyntaxError, TypeError):
-                raise UserError(
-                    f"{path}:{row_no}: bad 'id' or 'instances' value; expected an integer id and a list like ['a', 'b']"
-                ) from None
-            classes.append(AtomClass(cid, row["key"], row.get("category") or ""))
-            own.setdefault(lookup_key(to_plain(row["key"])), cid)
-            for inst in instances:
-                others.setdefault(lookup_key(to_plain(str(inst))), cid)
+    for row_no, row in read_csv(path, ("id", "key", "instances")):
+        try:
+            cid = int(row["id"])
+            instances = ast.literal_eval(row["instances"])
+            if not isinstance(instances, list):
+                raise ValueError
+        except (ValueError, SyntaxError, TypeError):
+            raise UserError(
+                f"{path}:{row_no}: bad 'id' or 'instances' value; expected an integer id and a list like ['a', 'b']"
+            ) from None
+        classes.append(AtomClass(cid, row["key"], row.get("category", "")))
+        own.setdefault(lookup_key(to_plain(row["key"])), cid)
+        for inst in instances:
+            others.setdefault(lookup_key(to_plain(str(inst))), cid)
     return classes, {**others, **own}

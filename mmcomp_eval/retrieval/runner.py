@@ -26,6 +26,7 @@ from mmcomp_eval.errors import UserError
 from mmcomp_eval.results import git_commit, package_versions
 from mmcomp_eval.retrieval.metrics import DEFAULT_BLOCK_ELEMENTS, TIE_RULE, RetrievalScores, score_embeddings
 from mmcomp_eval.retrieval.models import RetrievalModel, VideoItem
+from mmcomp_eval.textfiles import read_text
 
 RETRIEVAL_SCHEMA_VERSION = 1
 RECORD_KIND = "retrieval"
@@ -49,7 +50,7 @@ def _index_dir(directory: Path, exts: tuple[str, ...], what: str) -> dict[str, P
 def read_transcripts(path: Path) -> dict[str, str]:
     """A JSON object ``{video_id: transcript}``, or JSONL lines ``{"video_id": ..., "transcript": ...}``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except OSError as exc:
         raise UserError(f"--transcripts {path}: cannot read ({exc.strerror})") from None
     try:
@@ -65,8 +66,9 @@ def read_transcripts(path: Path) -> dict[str, str]:
         try:
             row = json.loads(line)
             out[str(row["video_id"])] = str(row["transcript"])
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise UserError(f"--transcripts {path}:{n}: expected a JSON object {{video_id: text}} or JSONL rows "
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            at = f":{exc.colno} ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+            raise UserError(f"--transcripts {path}:{n}{at}: expected a JSON object {{video_id: text}} or JSONL rows "
                             '{"video_id": ..., "transcript": ...}') from None
     return out
 
