@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.perturb.tokens import DEFAULT_POS_ROLES, POS_ROLES
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +24,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--seed", type=int, default=0, help="perturbation seed")
     r.add_argument("--spacy-model", default=None, help="spaCy pipeline for perturbations (default: en_core_web_sm)")
     r.add_argument("--lexicon", default="auto", help="synonym/antonym filter for replacements: auto, wordnet, none")
-    r.add_argument("--pos-roles", default="paper",
+    r.add_argument("--pos-roles", choices=tuple(POS_ROLES), default=DEFAULT_POS_ROLES,
                    help="parts of speech as objects/attributes/actions: paper (ICSVR 4.3) or extended (+ proper "
                         "nouns, numerals)")
     r.add_argument("--videos-dir", type=Path, default=None, help="folder of <video_id>.mp4 (or .avi, .webm, ...)")

@@ -430,10 +430,16 @@ def test_retrieval_limit_does_not_change_replacements(tmp_path, spacy_name):
     for a, b in zip(full[1:], limited[1:]):
         assert a.name == b.name and b.captions == a.captions[:2]
     assert info["pos_roles"] == "paper" and info["vocabulary"]["n_texts"] == len(VOCAB_CORPUS)
+    # what drawing from the limited captions themselves would give instead
+    own = perturb_captions(VOCAB_CORPUS[:2], ["objrep", "actrep"], seed=2, keys=ds.caption_ids[:2],
+                           spacy_model=spacy_name)
+    assert own["objrep"].captions != full[1].captions[:2]
 
 
 def test_task_on_a_caption_dataset_draws_from_the_whole_dataset(tmp_path, spacy_name):
-    data = write_msrvtt(tmp_path / "msrvtt", VOCAB_CORPUS)
+    data = write_msrvtt(tmp_path / "msrvtt", VOCAB_CORPUS[:3])  # the test split: 3 of the dataset's captions
+    (data / "MSRVTT_data.json").write_text(json.dumps({"sentences": [
+        {"video_id": f"video{i}", "caption": c} for i, c in enumerate(VOCAB_CORPUS)]}))
     (tmp_path / "t.jinja").write_text("{{ caption }}")
     path = tmp_path / "task.yaml"
     path.write_text(textwrap.dedent(f"""
@@ -446,9 +452,14 @@ def test_task_on_a_caption_dataset_draws_from_the_whole_dataset(tmp_path, spacy_
         """))
     task = load_task_file(path)
     docs = load_documents(task, "test", DataContext())
-    expected = perturb_captions(VOCAB_CORPUS, "objrep", seed=4, keys=[d.id for d in docs], spacy_model=spacy_name,
-                                pos_roles="extended", vocabulary=dataset_vocabulary("msrvtt", data))
+    expected = perturb_captions(VOCAB_CORPUS[:3], "objrep", seed=4, keys=[d.id for d in docs],
+                                spacy_model=spacy_name, pos_roles="extended",
+                                vocabulary=dataset_vocabulary("msrvtt", data))
+    assert expected.vocabulary["n_texts"] == len(VOCAB_CORPUS)
     assert [d["caption"] for d in docs] == list(expected["objrep"].captions)
+    split_only = perturb_captions(VOCAB_CORPUS[:3], "objrep", seed=4, keys=[d.id for d in docs],
+                                  spacy_model=spacy_name, pos_roles="extended")
+    assert split_only["objrep"].captions != expected["objrep"].captions
     assert docs[0]["caption"] != EXAMPLE and docs[0]["caption_original"] == EXAMPLE
     path.write_text(path.read_text().replace("pos_roles: extended", "pos_roles: extendd"))
     with pytest.raises(UserError, match=r"perturbation.pos_roles 'extendd' is not one of paper, extended "
