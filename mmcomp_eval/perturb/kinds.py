@@ -30,10 +30,10 @@ KINDS = ("objattrrem", "objshift", "objrep", "objpartial", "actrem", "actneg", "
 USES_VOCABULARY = ("objrep", "actrep")
 #: why a caption can come out unchanged, for reports
 UNCHANGED_WHEN = {
-    "objattrrem": "no object or attribute (noun, adjective, adverb)",
-    "objshift": "fewer than two different objects (nouns)",
-    "objrep": "no object (noun), or no allowed replacement",
-    "objpartial": "no object (noun)",
+    "objattrrem": "no object or attribute",
+    "objshift": "fewer than two different objects",
+    "objrep": "no object, or no allowed replacement",
+    "objpartial": "no object",
     "actrem": "no verb",
     "actneg": "no verb",
     "actrep": "no verb, or no allowed replacement",
