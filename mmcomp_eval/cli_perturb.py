@@ -1,10 +1,15 @@
 """``mmcomp-eval perturb``: write ICSVR-perturbed caption files for a retrieval dataset.
 
 One JSONL file per perturbation (``<dataset>_<split>_<kind>.jsonl``: caption
-id, video id, perturbed and original caption) plus ``summary.json``, and a
+id, video id, perturbed and original caption) plus ``summary.json`` (seed,
+spaCy pipeline, lexicon, POS role mapping, replacement vocabulary), and a
 table of how many captions each perturbation left unchanged: a caption
 without a verb has nothing to remove under ``actrem``, and a model's score on
 it says nothing about actions, so the count belongs next to any result.
+
+Replacement words (``objrep``, ``actrep``) come from every caption of the
+dataset's folder, all splits, so a caption's output is the same whichever
+split it is perturbed in.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from mmcomp_eval.perturb.kinds import KINDS, UNCHANGED_WHEN
 from mmcomp_eval.perturb.lexicon import LEXICON_CHOICES
 from mmcomp_eval.perturb.nlp import DEFAULT_SPACY_MODEL
 from mmcomp_eval.perturb.suite import perturb_captions, resolve_kinds
+from mmcomp_eval.perturb.tokens import DEFAULT_POS_ROLES, POS_ROLES
+from mmcomp_eval.perturb.vocab_source import dataset_vocabulary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,22 +41,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spacy-model", default=DEFAULT_SPACY_MODEL, help="spaCy pipeline for POS tags and lemmas")
     p.add_argument("--lexicon", choices=LEXICON_CHOICES, default="auto",
                    help="synonym/antonym filter for replacements (auto: WordNet when installed)")
+    p.add_argument("--pos-roles", choices=tuple(POS_ROLES), default=DEFAULT_POS_ROLES,
+                   help="which parts of speech are objects/attributes/actions: paper (ICSVR 4.3: nouns; adjectives, "
+                        "adverbs; verbs) or extended (also proper nouns and numerals)")
     p.set_defaults(func=run_perturb)
 
 
 def run_perturb(args: argparse.Namespace) -> int:
     kinds = resolve_kinds([k.strip() for arg in args.kind for k in arg.split(",") if k.strip()])
     ds = load_caption_dataset(args.dataset, args.split, args.data_dir)
-    run = perturb_captions(ds.captions, kinds, seed=args.seed, keys=ds.caption_ids,
-                           spacy_model=args.spacy_model, lexicon=args.lexicon)
+    run = perturb_captions(ds.captions, kinds, seed=args.seed, keys=ds.caption_ids, spacy_model=args.spacy_model,
+                           lexicon=args.lexicon, pos_roles=args.pos_roles,
+                           vocabulary=dataset_vocabulary(args.dataset, args.data_dir))
     out = args.output_dir
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--output-dir {out}: cannot create it ({exc.strerror})") from None
-    summary = {"dataset": ds.name, "split": ds.split, "seed": args.seed, "spacy_model": run.spacy_model,
-               "lexicon": run.lexicon, "n_videos": len(ds.videos), "n_captions": len(ds), "sources": ds.sources,
-               "notes": ds.notes, "perturbations": {}}
+    summary = {"dataset": ds.name, "split": ds.split, **run.settings(), "n_videos": len(ds.videos),
+               "n_captions": len(ds), "sources": ds.sources, "notes": ds.notes, "perturbations": {}}
     for kind in kinds:
         result = run[kind]
         path = out / f"{ds.name}_{ds.split}_{kind}.jsonl"
@@ -67,7 +77,9 @@ def run_perturb(args: argparse.Namespace) -> int:
 def format_summary(summary: dict, out: Path) -> str:
     n = summary["n_captions"]
     lines = [f"{summary['dataset']} {summary['split']}: {n} captions of {summary['n_videos']} videos, "
-             f"seed {summary['seed']}, spaCy {summary['spacy_model']}, synonym/antonym filter: {summary['lexicon']}",
+             f"seed {summary['seed']}, spaCy {summary['spacy_model']}, POS roles: {summary['pos_roles']}, "
+             f"synonym/antonym filter: {summary['lexicon']}",
+             f"replacement vocabulary: {summary['vocabulary']['source']}",
              *(f"note: {note}" for note in summary["notes"]), "",
              "| perturbation | unchanged | unchanged % | empty | a caption stays unchanged when |",
              "|---|---|---|---|---|"]

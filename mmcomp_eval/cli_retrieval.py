@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.perturb.tokens import DEFAULT_POS_ROLES, POS_ROLES
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +24,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--seed", type=int, default=0, help="perturbation seed")
     r.add_argument("--spacy-model", default=None, help="spaCy pipeline for perturbations (default: en_core_web_sm)")
     r.add_argument("--lexicon", default="auto", help="synonym/antonym filter for replacements: auto, wordnet, none")
+    r.add_argument("--pos-roles", choices=tuple(POS_ROLES), default=DEFAULT_POS_ROLES,
+                   help="parts of speech as objects/attributes/actions: paper (ICSVR 4.3) or extended (+ proper "
+                        "nouns, numerals)")
     r.add_argument("--videos-dir", type=Path, default=None, help="folder of <video_id>.mp4 (or .avi, .webm, ...)")
     r.add_argument("--features-dir", type=Path, default=None,
                    help="folder of precomputed <video_id>.npy/.npz features (used first where present)")
@@ -67,7 +71,7 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
                                  audio_dir=args.audio_dir, transcripts=transcripts)
     # perturb before loading the model: a missing spaCy pipeline should fail in seconds, not after loading weights
     sets, perturb_info = runner.caption_sets(ds, kinds, seed=args.seed, spacy_model=args.spacy_model,
-                                             lexicon=args.lexicon)
+                                             lexicon=args.lexicon, pos_roles=args.pos_roles, data_dir=args.data_dir)
     model = create_retrieval_model(args.model, model_args)
     info = {"name": args.model, "args": model_args, "label": args.label or _default_label(args.model, model_args)}
     config = {"perturb": list(kinds), **perturb_info, "limit": args.limit,

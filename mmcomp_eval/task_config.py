@@ -105,6 +105,8 @@ class PerturbationConfig:
     field: str
     seed: int = 0
     spacy_model: str = "en_core_web_sm"
+    #: POS -> object/attribute/action mapping: ``paper`` (ICSVR 4.3) or ``extended`` (+ proper nouns, numerals)
+    pos_roles: str = "paper"
 
 
 @dataclass(frozen=True)
@@ -159,8 +161,10 @@ class TaskConfig:
             _one_of(where, "media.on_error", self.media.on_error, ("stop", "skip"))
         if self.perturbation is not None:
             from mmcomp_eval.perturb.kinds import KINDS
+            from mmcomp_eval.perturb.tokens import POS_ROLES
 
             _one_of(where, "perturbation.kind", self.perturbation.kind, KINDS)
+            _one_of(where, "perturbation.pos_roles", self.perturbation.pos_roles, tuple(POS_ROLES))
 
 
 @dataclass(frozen=True)

@@ -180,12 +180,17 @@ def _msrvtt_train(d: Path, split: str) -> CaptionDataset:
     ids = msrvtt_train_list(size, d)
     data_path = find(d, "msrvtt", "MSRVTT_data.json",
                      why=f"the full MSR-VTT caption file with a 'sentences' list; the {size} list only names videos")
-    data = textfiles.read_json(data_path)
-    if not isinstance(data, dict) or not isinstance(data.get("sentences"), list):
-        raise UserError(f"{data_path}: expected an object with a 'sentences' list of {{video_id, caption}}")
     wanted = set(ids)
-    pairs = ((s["video_id"], s["caption"]) for s in data["sentences"] if s.get("video_id") in wanted)
+    pairs = ((v, c) for v, c in msrvtt_sentences(data_path) if v in wanted)
     return build("msrvtt", split, pairs, order=ids, sources=[ids_path, data_path])
+
+
+def msrvtt_sentences(path: Path) -> list[tuple[str, str]]:
+    """(video id, caption) of every sentence in ``MSRVTT_data.json`` (all 10,000 videos)."""
+    data = textfiles.read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("sentences"), list):
+        raise UserError(f"{path}: expected an object with a 'sentences' list of {{video_id, caption}}")
+    return [(s.get("video_id"), str(s.get("caption", ""))) for s in data["sentences"] if isinstance(s, dict)]
 
 
 def _msvd(d: Path, split: str) -> CaptionDataset:
@@ -200,17 +205,26 @@ def _msvd(d: Path, split: str) -> CaptionDataset:
     return build("msvd", split, pairs, order=ids, sources=[list_path, caps_path])
 
 
-def _didemo(d: Path, split: str) -> CaptionDataset:
-    """Paragraph-to-video (as CLIP4Clip): a video's descriptions joined in file order, one caption per video."""
-    path = find(d, "didemo", f"{split}_data.json")
+def didemo_descriptions(path: Path) -> list[tuple[str, str]]:
+    """(video, description) pairs of a DiDeMo ``<split>_data.json``, in file order."""
     items = textfiles.read_json(path)
     if not isinstance(items, list):
         raise UserError(f"{path}: expected a list of {{video, description}} objects")
-    sentences: dict[str, list[str]] = defaultdict(list)
+    pairs = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or "video" not in item or "description" not in item:
             raise UserError(f"{path}: item {i} has no 'video' or 'description'")
-        sentences[item["video"]].append(" ".join(str(item["description"]).split()))
+        pairs.append((item["video"], " ".join(str(item["description"]).split())))
+    return pairs
+
+
+def _didemo(d: Path, split: str) -> CaptionDataset:
+    """Paragraph-to-video (as CLIP4Clip): a video's descriptions joined in file order, one caption per video."""
+    path = find(d, "didemo", f"{split}_data.json")
+    items = didemo_descriptions(path)
+    sentences: dict[str, list[str]] = defaultdict(list)
+    for video, description in items:
+        sentences[video].append(description)
     pairs = ((v, " ".join(s for s in sents if s)) for v, sents in sentences.items())
     return build("didemo", split, pairs, sources=[path],
                  notes=[f"{len(items)} descriptions joined into one paragraph per video"])
@@ -253,6 +267,10 @@ def _lsmdc(d: Path, split: str) -> CaptionDataset:
     stem = LSMDC_FILES[split]
     path = find(d, "lsmdc", f"{stem}.csv", f"{stem}.tsv",
                 why="LSMDC is not public: request it from MPII and copy the LSMDC16 challenge files")
+    return build("lsmdc", split, lsmdc_pairs(path), sources=[path])
+
+
+def lsmdc_pairs(path: Path) -> list[tuple[str, str]]:
     pairs = []
     for line_no, line in enumerate(textfiles.read_text(path).splitlines(), start=1):
         if not line.strip():
@@ -262,7 +280,7 @@ def _lsmdc(d: Path, split: str) -> CaptionDataset:
             raise UserError(f"{path}:{line_no}: {len(fields)} tab-separated fields, expected 6 (clip_id, "
                             f"start_aligned, end_aligned, start_extracted, end_extracted, sentence)")
         pairs.append((fields[0], fields[5]))
-    return build("lsmdc", split, pairs, sources=[path])
+    return pairs
 
 
 Loader = Callable[[Path, str], CaptionDataset]
@@ -309,6 +327,14 @@ def register_task_loaders(registry) -> None:
         registry.add(name, _task_loader(name))
 
 
+def task_data_dir(task) -> Path | None:
+    """A caption-dataset task's ``data_dir`` option, relative to the task file; None for the default folder."""
+    data_dir = task.dataset.options.get("data_dir")
+    if data_dir is not None and not Path(data_dir).is_absolute() and task.source:
+        data_dir = Path(task.source).parent / data_dir
+    return data_dir
+
+
 def _task_loader(name: str):
     def load(task, split: str, ctx) -> list[dict]:
         opts = dict(task.dataset.options)
@@ -319,10 +345,7 @@ def _task_loader(name: str):
         unit = opts.get("unit", "caption")
         if unit not in UNITS:
             raise UserError(f"{task.source}: dataset option unit {unit!r} is not one of {', '.join(UNITS)}")
-        data_dir = opts.get("data_dir")
-        if data_dir is not None and not Path(data_dir).is_absolute() and task.source:
-            data_dir = Path(task.source).parent / data_dir
-        return load_caption_dataset(name, split, data_dir).rows(unit)
+        return load_caption_dataset(name, split, task_data_dir(task)).rows(unit)
 
     load.__doc__ = f"Task documents from the {name} caption dataset."
     return load

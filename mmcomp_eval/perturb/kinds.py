@@ -26,12 +26,14 @@ Perturbation = Callable[[ParsedCaption, random.Random, Replacer], str]
 PERTURBATIONS: Registry[Perturbation] = Registry("perturbation")
 #: in the paper's order (Table 1)
 KINDS = ("objattrrem", "objshift", "objrep", "objpartial", "actrem", "actneg", "actrep", "synrem", "shuf", "rev")
+#: the kinds that draw words from the replacement vocabulary
+USES_VOCABULARY = ("objrep", "actrep")
 #: why a caption can come out unchanged, for reports
 UNCHANGED_WHEN = {
-    "objattrrem": "no noun, adjective, adverb or numeral",
-    "objshift": "fewer than two different nouns",
-    "objrep": "no noun, or no allowed replacement",
-    "objpartial": "no noun",
+    "objattrrem": "no object or attribute",
+    "objshift": "fewer than two different objects",
+    "objrep": "no object, or no allowed replacement",
+    "objpartial": "no object",
     "actrem": "no verb",
     "actneg": "no verb",
     "actrep": "no verb, or no allowed replacement",
@@ -68,24 +70,20 @@ def _drop(caption: ParsedCaption, roles: tuple[str, ...]) -> str:
     return _render(caption, texts)
 
 
-def _permute(items: list[str], rng: random.Random, *, all_moved: bool) -> list[str] | None:
-    """A seeded reordering that differs from ``items`` (every item moved when ``all_moved`` allows)."""
+def _permute(items: list[str], rng: random.Random) -> list[str] | None:
+    """A seeded reordering that differs from ``items`` (None when every order is the same)."""
     if len(set(items)) < 2:
         return None
-    fallback = None
     for _ in range(_TRIES):
         perm = items[:]
         rng.shuffle(perm)
-        if perm == items:
-            continue
-        if not all_moved or all(a != b for a, b in zip(perm, items)):
+        if perm != items:
             return perm
-        fallback = fallback or perm
-    if fallback is None:  # astronomically unlikely; still deterministic
-        i = next(j for j in range(1, len(items)) if items[j] != items[0])
-        fallback = items[:]
-        fallback[0], fallback[i] = fallback[i], fallback[0]
-    return fallback
+    # astronomically unlikely with two different items; still deterministic
+    i = next(j for j in range(1, len(items)) if items[j] != items[0])
+    perm = items[:]
+    perm[0], perm[i] = perm[i], perm[0]
+    return perm
 
 
 @PERTURBATIONS.register("objattrrem")
@@ -96,32 +94,32 @@ def objattrrem(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -
 
 @PERTURBATIONS.register("objshift")
 def objshift(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
-    """Move each noun to another noun's position (each keeps its form); attributes stay put.
+    """Shift the objects one place, cyclically; attributes stay put, each object keeps its form.
 
-    Every noun moves when the nouns allow it ("a guy ... shirt ... car" is a
-    3-cycle, as in the paper's "a shirt wearing a red car drives a guy").
+    Each object takes the slot of the one before it and the first goes to the
+    last slot, exactly the paper's Table 1 example: (guy, shirt, car) become
+    (shirt, car, guy) in "a shirt wearing a red car drives a guy while
+    talking". Deterministic: the seed plays no part. Two objects swap.
     """
     idx = caption.indices(OBJECT)
     texts = _texts(caption)
-    perm = _permute([texts[i] for i in idx], rng, all_moved=True)
-    if perm is None:
-        return caption.text
-    for i, text in zip(idx, perm):
+    moved = [texts[i] for i in idx[1:] + idx[:1]]
+    for i, text in zip(idx, moved):
         texts[i] = text
     return _render(caption, texts)
 
 
 @PERTURBATIONS.register("objrep")
 def objrep(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
-    """Replace every noun with another noun of the dataset (same tag, not a synonym/antonym)."""
+    """Replace every object with another noun of the vocabulary (same tag, not a synonym/antonym)."""
     return _replace_role(caption, rng, replacer, OBJECT)
 
 
 @PERTURBATIONS.register("objpartial")
 def objpartial(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
-    """Keep half of the nouns, rounded down (the paper keeps 1 of 3), chosen at random; attributes stay.
+    """Keep half of the objects, rounded down (the paper keeps 1 of 3), chosen at random; attributes stay.
 
-    A caption with a single noun therefore loses it.
+    A caption with a single object therefore loses it.
     """
     idx = caption.indices(OBJECT)
     texts = _texts(caption)
@@ -147,7 +145,7 @@ def actneg(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> st
 
 @PERTURBATIONS.register("actrep")
 def actrep(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
-    """Replace every verb with another verb of the dataset (same tag, not a synonym/antonym)."""
+    """Replace every action with another verb of the vocabulary (same tag, not a synonym/antonym)."""
     return _replace_role(caption, rng, replacer, ACTION)
 
 
@@ -173,7 +171,7 @@ def _words(caption: ParsedCaption) -> list[str]:
 @PERTURBATIONS.register("shuf")
 def shuf(caption: ParsedCaption, rng: random.Random, replacer: Replacer) -> str:
     """Shuffle all words (spaCy tokens, punctuation included) into a different order."""
-    perm = _permute(_words(caption), rng, all_moved=False)
+    perm = _permute(_words(caption), rng)
     return caption.text if perm is None else " ".join(perm)
 
 

@@ -12,11 +12,11 @@ in "a girl does gymnastics" is tagged AUX instead of VERB.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.perturb.tokens import ParsedCaption, make_tok
+from mmcomp_eval.perturb.tokens import PAPER_ROLES, ParsedCaption, make_tok
 
 DEFAULT_SPACY_MODEL = "en_core_web_sm"
 #: components never read by the perturbations
@@ -43,11 +43,28 @@ def load_spacy(name: str = DEFAULT_SPACY_MODEL):
     return nlp
 
 
-def parse_captions(nlp, captions: Sequence[str], batch_size: int = 256) -> list[ParsedCaption]:
-    """One parse per distinct caption text (``nlp.pipe``), shared by every perturbation."""
+def pipeline_name(nlp) -> str:
+    """The package name of a loaded pipeline (``en_core_web_sm``), for reports."""
+    return f"{nlp.meta.get('lang', '')}_{nlp.meta.get('name', '')}"
+
+
+def pipeline_identity(nlp) -> str:
+    """Name, version and spaCy version: what decides the tags and lemmas, for cache keys."""
+    import spacy
+
+    return f"{pipeline_name(nlp)}=={nlp.meta.get('version', '')} spacy=={spacy.__version__} pipes={nlp.pipe_names}"
+
+
+def parse_captions(nlp, captions: Sequence[str], batch_size: int = 256,
+                   roles: Mapping[str, str] = PAPER_ROLES) -> list[ParsedCaption]:
+    """One parse per distinct caption text (``nlp.pipe``), shared by every perturbation.
+
+    ``roles`` maps spaCy's coarse POS to object/attribute/action (see
+    :mod:`mmcomp_eval.perturb.tokens`); anything it does not list is syntax.
+    """
     unique = list(dict.fromkeys(captions))
     parsed = {}
     for text, doc in zip(unique, nlp.pipe(unique, batch_size=batch_size)):
-        toks = tuple(make_tok(t.text, t.whitespace_, t.pos_, t.tag_, t.lemma_) for t in doc)
+        toks = tuple(make_tok(t.text, t.whitespace_, t.pos_, t.tag_, t.lemma_, roles) for t in doc)
         parsed[text] = ParsedCaption(text, toks)
     return [parsed[c] for c in captions]

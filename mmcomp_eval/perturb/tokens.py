@@ -1,43 +1,59 @@
-"""Parsed captions and the POS -> role mapping every perturbation shares.
+"""Parsed captions and the POS -> role mappings every perturbation shares.
 
-ICSVR (section 4.3): "nouns, adverbs and adjectives as objects & attributes,
-verbs as actions and the rest of the parts-of-speech as syntax". The
-decisions the paper leaves open, made here once for all ten perturbations:
+ICSVR (section 4.3): "We use spacy to identify parts-of-speech ... We consider
+nouns, adverbs and adjectives as objects & attributes, verbs as actions and
+the rest of the parts-of-speech as syntax." Read with spaCy's coarse
+(Universal Dependencies) tags, that is the ``paper`` mapping, the default:
 
-* **Proper nouns** (spaCy ``PROPN``) are *objects*, like common nouns: in
-  captions they name things that are visible ("a boy plays minecraft",
-  "obama gives a speech"), and Penn's noun tags (NN, NNS, NNP, NNPS) all count
-  as nouns. They are moved, replaced and halved like other objects.
-* **Numerals** (``NUM``: "two men", "5") are *attributes*: they describe how
-  many objects the video shows, so they go with the objects under
-  ``objattrrem`` and stay under ``synrem``. They are not objects: ``objshift``,
-  ``objrep`` and ``objpartial`` leave them in place.
-* **Auxiliaries** (``AUX``: "is" in "is talking", "does", copular "is") are
-  *syntax*, not actions: the action is "talking"; "is" only carries tense and
-  aspect. So ``actrem`` turns "a man is talking" into "a man is" and
-  ``actneg`` into "a man is not talking". A main-verb "has"/"does" is tagged
-  ``VERB`` by spaCy and is an action.
-* Everything else (determiners, pronouns, adpositions, conjunctions,
-  particles, punctuation) is *syntax*.
+* ``NOUN`` -> *object*; ``ADJ``, ``ADV`` -> *attribute* (nouns are what
+  ``objshift``, ``objrep`` and ``objpartial`` move, replace and halve; the
+  paper's Table 1 leaves "red" in place under all three);
+* ``VERB`` -> *action*;
+* everything else is *syntax*: determiners, pronouns, adpositions,
+  conjunctions, particles, punctuation, and also ``PROPN`` (proper nouns),
+  ``NUM`` (numerals) and ``AUX`` (auxiliaries), which spaCy tags apart from
+  ``NOUN``, ``ADJ`` and ``VERB``. The paper says nothing about auxiliaries
+  beyond "verbs as actions"; in its Table 1 example there are none. With
+  spaCy's tags "is" in "a man is talking" is ``AUX``, so ``actrem`` gives "a
+  man is" and ``actneg`` "a man is not talking": the action is "talking".
+
+The ``extended`` mapping (an option) also counts ``PROPN`` as objects ("obama
+gives a speech": a visible person, moved and replaced like other nouns) and
+``NUM`` as attributes ("two men": how many objects the video shows, removed
+by ``objattrrem`` and kept by ``synrem``; numerals are never moved or
+replaced). ``AUX`` is syntax in both. On the MSRVTT 1k-A test captions the
+two mappings give different outputs for a sixth of the captions under
+``objattrrem`` and ``synrem`` (docs/retrieval.md has the counts per kind).
 
 A caption is parsed once into :class:`ParsedCaption` (plain tuples, not spaCy
 objects, so they are cheap to keep for a whole dataset) and the ten
-perturbations and the replacement vocabulary all read that one parse.
+perturbations read that one parse.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from mmcomp_eval.errors import UserError, did_you_mean
+
 OBJECT, ATTRIBUTE, ACTION, SYNTAX = "object", "attribute", "action", "syntax"
 
-#: spaCy coarse POS (Universal Dependencies) -> role; anything not listed is syntax.
-ROLE_OF_POS = {
-    "NOUN": OBJECT, "PROPN": OBJECT,
-    "ADJ": ATTRIBUTE, "ADV": ATTRIBUTE, "NUM": ATTRIBUTE,
-    "VERB": ACTION,
-}
+#: spaCy coarse POS -> role as ICSVR section 4.3 states it; anything not listed is syntax.
+PAPER_ROLES: Mapping[str, str] = {"NOUN": OBJECT, "ADJ": ATTRIBUTE, "ADV": ATTRIBUTE, "VERB": ACTION}
+#: the paper's mapping plus proper nouns as objects and numerals as attributes
+EXTENDED_ROLES: Mapping[str, str] = {**PAPER_ROLES, "PROPN": OBJECT, "NUM": ATTRIBUTE}
+#: name (``pos_roles`` option) -> mapping
+POS_ROLES: Mapping[str, Mapping[str, str]] = {"paper": PAPER_ROLES, "extended": EXTENDED_ROLES}
+DEFAULT_POS_ROLES = "paper"
+
+
+def role_mapping(name: str) -> Mapping[str, str]:
+    """The named mapping, or a one-line error listing the names."""
+    if name not in POS_ROLES:
+        raise UserError(f"pos_roles {name!r} is not one of {', '.join(POS_ROLES)}{did_you_mean(name, POS_ROLES)}")
+    return POS_ROLES[name]
 
 
 class Tok(NamedTuple):
@@ -56,9 +72,9 @@ class Tok(NamedTuple):
         return not self.text.strip()
 
 
-def make_tok(text: str, ws: str, pos: str, tag: str, lemma: str) -> Tok:
+def make_tok(text: str, ws: str, pos: str, tag: str, lemma: str, roles: Mapping[str, str] = PAPER_ROLES) -> Tok:
     """A token with its role looked up once, at parse time."""
-    return Tok(text, ws, pos, tag, lemma, ROLE_OF_POS.get(pos, SYNTAX))
+    return Tok(text, ws, pos, tag, lemma, roles.get(pos, SYNTAX))
 
 
 @dataclass(frozen=True)

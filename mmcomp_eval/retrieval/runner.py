@@ -120,18 +120,24 @@ class CaptionSet:
 
 
 def caption_sets(ds: CaptionDataset, kinds: Sequence[str], *, seed: int = 0, spacy_model: str | None = None,
-                 lexicon: str = "auto") -> tuple[list[CaptionSet], dict[str, Any]]:
-    """The original captions and one set per perturbation kind (one spaCy parse for all)."""
+                 lexicon: str = "auto", pos_roles: str = "paper",
+                 data_dir: Path | str | None = None) -> tuple[list[CaptionSet], dict[str, Any]]:
+    """The original captions and one set per perturbation kind (one spaCy parse for all).
+
+    Replacement words come from every caption in the dataset's folder
+    (``data_dir``), so ``--limit`` does not change a caption's perturbation.
+    """
     sets = [CaptionSet(ORIGINAL, tuple(ds.captions), None, sum(1 for c in ds.captions if not c.strip()))]
     if not kinds:
         return sets, {}
-    from mmcomp_eval.perturb import DEFAULT_SPACY_MODEL, perturb_captions
+    from mmcomp_eval.perturb import DEFAULT_SPACY_MODEL, dataset_vocabulary, perturb_captions
 
     run = perturb_captions(ds.captions, kinds, seed=seed, keys=ds.caption_ids,
-                           spacy_model=spacy_model or DEFAULT_SPACY_MODEL, lexicon=lexicon)
+                           spacy_model=spacy_model or DEFAULT_SPACY_MODEL, lexicon=lexicon, pos_roles=pos_roles,
+                           vocabulary=dataset_vocabulary(ds.name, data_dir))
     for kind, res in run.results.items():
         sets.append(CaptionSet(kind, tuple(res.captions), res.n_unchanged, len(res.empty)))
-    return sets, {"seed": run.seed, "spacy_model": run.spacy_model, "lexicon": run.lexicon}
+    return sets, run.settings()
 
 
 @dataclass
