@@ -1,6 +1,8 @@
-"""Few-shot samplers on hand-made pools."""
+"""Few-shot samplers on hand-made pools, and what a run records about them."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -8,6 +10,7 @@ import pytest
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.fewshot import ShotExclusion, build_sampler, sampler_options
+from user_task import USER_TASK, make_user_tasks, run_cli
 
 
 def doc(i, verbs, nouns):
@@ -223,3 +226,42 @@ def test_exclusion_option_is_checked_and_survives_a_sampler_override():
     task_options = {"noun_field": "nouns", "exclude_shared_clips": False}
     assert sampler_options("similar", "similar", task_options) == task_options
     assert sampler_options("random", "similar", task_options) == {"exclude_shared_clips": False}
+
+
+def test_a_clip_is_a_video_and_a_narration_id():
+    """Ids that repeat across videos (here plain numbers) are different clips; within a video they are one."""
+    def numbered(name, video, ids):
+        return Document(name, {"video_id": video, "narration_ids": ids, "verbs": ["v"] * 4, "nouns": ["n"] * 4})
+
+    query = numbered("q", "v1", [3, 4, 5, 6])
+    pool = [numbered("same_video", "v1", [6, 7, 8, 9]), numbered("other_video", "v2", [3, 4, 5, 6])]
+    selection = build_sampler("first", {}).choose([query], pool, 1, seed=0)
+    assert selection.picks == [[1]]
+    assert selection.exclusion.excluded_pairs == 1
+
+
+# ---------------------------------------------------------------- end to end: what results.json records
+
+
+def test_results_json_records_the_exclusion_and_the_option_turns_it_off(tiny_llama_dir, tmp_path, capsys):
+    tasks = make_user_tasks(tmp_path)
+    (tasks / "docs.jsonl").write_text("".join(
+        json.dumps({"id": w.id, "word": w.id, "answer": w.id, "video_id": w["video_id"],
+                    "narration_ids": w["narration_ids"]}) + "\n" for w in WINDOWS))
+    (tasks / "echo_overlap.yaml").write_text(USER_TASK.replace("task: echo_task", "task: echo_overlap").replace(
+        "fewshot: {sampler: first, k: 2}", "fewshot: {sampler: first, k: 2, options: {exclude_shared_clips: false}}"))
+    for sampler in ("first", "random"):
+        out = tmp_path / sampler
+        rc, _, err = run_cli(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir}",
+                             "--tasks", "echo_task,echo_overlap", "--include-path", str(tasks), "--sampler", sampler,
+                             "--output-path", str(out), "--no-progress")
+        assert rc == 0, err
+        records = json.loads((out / "results.json").read_text())["tasks"]
+        applied, off = records["echo_task"]["fewshot_exclusion"], records["echo_overlap"]["fewshot_exclusion"]
+        assert applied["status"] == "applied" and applied["option"] == "fewshot.options.exclude_shared_clips"
+        assert (applied["excluded_pairs"], applied["queries_affected"], applied["max_excluded_per_query"]) == (4, 3, 2)
+        assert off["status"] == "off" and off["excluded_pairs"] == 0  # the option survives --sampler random
+        shots = {(s["task"], s["doc_id"]): s["shot_ids"] for s in map(json.loads, (out / "samples.jsonl").open())}
+        assert not {"a", "c"} & set(shots["echo_task", "b"])
+        if sampler == "first":
+            assert shots["echo_task", "b"] == ["d", "e"] and shots["echo_overlap", "b"] == ["a", "c"]
