@@ -52,9 +52,10 @@ def reference_split(atoms, compounds, *, seed, max_atom_divergence=0.02, target_
     Only the randomness protocol, the tie rules and the stop rule are shared with
     mcd_split (they are its documented contract); all divergence arithmetic is redone.
     Returns (train, heldout) as lists of candidate indices in the order added, and with
-    ``with_parts`` the held-out part of each held-out entry. ``split_heldout``: held-out
-    steps alternate between parts 0 and 1, D_A is judged against the part grown (the
-    larger of both when train grows), D_C against the whole held-out side.
+    ``with_parts`` the held-out part of each held-out entry. ``split_heldout``: D_A is
+    judged against the part an item joins (the larger of both when train grows), D_C
+    against the whole held-out side; a held-out item joins the smaller part, or, when
+    both are equal, the one where its D_A is lower (part 0 on a tie).
     """
     n = len(atoms)
     rng = np.random.default_rng(seed)
@@ -70,13 +71,18 @@ def reference_split(atoms, compounds, *, seed, max_atom_divergence=0.02, target_
     remaining = list(order)  # in tie-break order
     for step in range(n if target_size is None else target_size):
         side = int(sides[step])
-        part = len(split[1]) % 2 if split_heldout else 0
+        sizes = [len(p) for p in parts]
+        open_parts = [0] if not split_heldout else [0, 1] if sizes[0] == sizes[1] else [int(sizes[1] < sizes[0])]
+        part = open_parts[0]
         if step == 0:
             pick = 0  # Algorithm 1, line 10: a random item (first of the random order)
         else:
-            judged = ([0, 1] if split_heldout else [0]) if side == 0 else [part]
-            d_a = np.max([_divergence_if_added(atom_counts, split[0], parts[p], side, remaining, 0.5)
-                          for p in judged], axis=0)
+            by_part = {p: _divergence_if_added(atom_counts, split[0], parts[p], side, remaining, 0.5)
+                       for p in ([0, 1] if split_heldout else [0])}
+            if side == 0:
+                d_a = np.max(list(by_part.values()), axis=0)
+            else:
+                d_a = np.min([by_part[p] for p in open_parts], axis=0)
             d_c = _divergence_if_added(compound_counts, split[0], split[1], side, remaining, 0.1)
             eligible = d_a < max_atom_divergence
             if not eligible.any():
@@ -86,6 +92,8 @@ def reference_split(atoms, compounds, *, seed, max_atom_divergence=0.02, target_
             pick = int(np.flatnonzero(tied)[0])
             if min_compound_divergence is not None and d_c[pick] < min_compound_divergence:
                 break
+        if step and side == 1 and len(open_parts) == 2:
+            part = int(by_part[1][pick] < by_part[0][pick])
         chosen = int(remaining.pop(pick))
         split[side].append(chosen)
         if side == 1:
@@ -187,7 +195,10 @@ def test_fast_greedy_with_split_heldout_matches_reference(seed):
     result = mcd_split(atoms, compounds, **options)
     train, heldout, parts = reference_split(atoms, compounds, with_parts=True, **options)
     assert result.train.tolist() == train and result.heldout.tolist() == heldout
-    assert result.heldout_part.tolist() == parts == [i % 2 for i in range(len(heldout))]
+    assert result.heldout_part.tolist() == parts
+    sizes = np.cumsum(np.eye(2, dtype=int)[parts], axis=0)  # (validation, test) after each held-out step
+    assert np.abs(sizes[:, 0] - sizes[:, 1]).max() == 1
+    assert parts != [i % 2 for i in range(len(parts))]  # the part is chosen, not merely alternated
     assert result.atom_divergence == pytest.approx(atom_divergence(*_side_counts(atoms, train, heldout)))
     assert result.compound_divergence == pytest.approx(compound_divergence(*_side_counts(compounds, train, heldout)))
     # and it is a different greedy from the plain one
