@@ -111,22 +111,24 @@ class Sampler(ABC):
             raise UserError(f"--shots {k} is larger than the few-shot pool ({len(pool)} documents"
                             f"{', the query excluded' if overlap else ''}); use at most {len(pool) - int(overlap)}")
         self_index = np.array([pool_ids.get(q.id, -1) for q in queries], dtype=np.int64)
+        exclusion, excluded = self._exclusions(queries, pool, self_index)
+        _check_enough_candidates(queries, len(pool), k, excluded.rows)
+        return Selection(self._select(queries, pool, k, np.random.default_rng(seed), excluded), exclusion)
+
+    def _exclusions(self, queries, pool, self_index: np.ndarray) -> tuple[ShotExclusion, _Excluded]:
+        """The query itself (where the pool holds it) and, by default, every pool document sharing a clip."""
         rows, cols = np.flatnonzero(self_index >= 0), self_index[self_index >= 0]
         if not self.exclude_shared_clips:
-            exclusion = ShotExclusion("off")
-        elif (shared := shared_clip_pairs(queries, pool)) is None:
-            exclusion = ShotExclusion("not_applicable")
-        else:
-            not_self = shared[1] != self_index[shared[0]]
-            per_query = np.bincount(shared[0][not_self], minlength=len(queries))
-            exclusion = ShotExclusion("applied", int(per_query.sum()), int((per_query > 0).sum()),
-                                      int(per_query.max(initial=0)))
-            rows, cols = np.concatenate([rows, shared[0]]), np.concatenate([cols, shared[1]])
-            key = np.unique(rows * len(pool) + cols)
-            rows, cols = np.divmod(key, len(pool))
-        _check_enough_candidates(queries, len(pool), k, rows)
-        picks = self._select(queries, pool, k, np.random.default_rng(seed), _Excluded(rows, cols))
-        return Selection(picks, exclusion)
+            return ShotExclusion("off"), _Excluded(rows, cols)
+        shared = shared_clip_pairs(queries, pool)
+        if shared is None:
+            return ShotExclusion("not_applicable"), _Excluded(rows, cols)
+        not_self = shared[1] != self_index[shared[0]]
+        per_query = np.bincount(shared[0][not_self], minlength=len(queries))
+        exclusion = ShotExclusion("applied", int(per_query.sum()), int((per_query > 0).sum()),
+                                  int(per_query.max(initial=0)))
+        key = np.unique(np.concatenate([rows, shared[0]]) * len(pool) + np.concatenate([cols, shared[1]]))
+        return exclusion, _Excluded(*np.divmod(key, len(pool)))
 
     @abstractmethod
     def _select(self, queries, pool, k: int, rng: np.random.Generator, excluded: _Excluded) -> list[list[int]]: ...

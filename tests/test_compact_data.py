@@ -226,6 +226,7 @@ def test_build_is_byte_identical_under_any_hash_seed(tmp_path):
                                "--target-size", "200", "--max-atom-divergence", "0.1", "--output-dir", str(out)],
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
+        assert "| D_A train-val / train-test | D_C train-val / train-test |" in proc.stdout
         outputs.append(out)
     files = sorted(p.relative_to(outputs[0]) for p in outputs[0].rglob("*.jsonl"))
     assert len(files) == 6
@@ -250,6 +251,22 @@ def test_reference_windows_identical_under_any_hash_seed(reference_ek100):
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert outs[0] == outs[1] and outs[0].startswith("30283 ")
+
+
+def test_heldout_split_choice(tmp_path):
+    """`random` halves the held-out side afterwards (the paper); `greedy` (default) is another greedy run."""
+    d = _synthetic_ek100(tmp_path / "ek")
+    base = {"seed": 3, "target_size": 300, "max_atom_divergence": 0.1}
+    greedy = build_compact(d, BuildParams(**base), cache_root=tmp_path / "c")
+    halved = build_compact(d, BuildParams(**base, heldout_split="random"), cache_root=tmp_path / "c")
+    assert greedy.stats["params"]["heldout_split"] == "greedy" and halved.stats["params"]["heldout_split"] == "random"
+    ids = {r.directory: [r_["id"] for r_ in load_split(r.directory, "compositional", "test")] for r in (greedy, halved)}
+    assert ids[greedy.directory] != ids[halved.directory]
+    sizes = greedy.stats["compositional"]["sizes"]
+    assert sum(sizes.values()) == 300 and abs(sizes["validation"] - sizes["test"]) <= 1
+    _assert_pair_stats_match_the_files(halved.directory, halved.stats)
+    with pytest.raises(UserError, match="--heldout-split 'halves': expected 'greedy' or 'random'"):
+        build_compact(d, BuildParams(heldout_split="halves"), cache_root=tmp_path / "c")
 
 
 def test_failed_build_leaves_no_cache_entry(tmp_path):

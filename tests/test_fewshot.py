@@ -265,3 +265,7 @@ def test_results_json_records_the_exclusion_and_the_option_turns_it_off(tiny_lla
         assert not {"a", "c"} & set(shots["echo_task", "b"])
         if sampler == "first":
             assert shots["echo_task", "b"] == ["d", "e"] and shots["echo_overlap", "b"] == ["a", "c"]
+    rc, _, err = run_cli(capsys, "--model", "hf", "--model-args", f"pretrained={tiny_llama_dir}", "--tasks", "echo_task",
+                         "--include-path", str(tasks), "--shots", "4", "--no-progress")
+    assert rc == 2 and "Traceback" not in err
+    assert "task echo_task: --shots 4: query b has only 3 few-shot candidates" in err
