@@ -22,7 +22,7 @@ from mmcomp_eval.api.model import Model
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.documents import DataContext, load_documents
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.fewshot import build_sampler
+from mmcomp_eval.fewshot import ShotExclusion, build_sampler, sampler_options
 from mmcomp_eval.media.resolver import TaskMedia
 from mmcomp_eval.prompting import PromptTemplate, RenderedPrompt
 from mmcomp_eval.responses import parse_generation, parse_ranking
@@ -65,6 +65,7 @@ class PreparedTask:
     shot_ids: dict[int, list[list[str]]]       # seed -> shot ids per doc
     choices: tuple[str, ...] = ()
     media: TaskMedia | None = None             # keyframes of image prompts, skipped documents
+    shot_exclusion: ShotExclusion = ShotExclusion("no_shots")  # what the shared-clip rule removed
 
 
 def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) -> PreparedTask:
@@ -79,11 +80,16 @@ def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) 
         return PreparedTask(task, split, docs, 0, None, {}, {s: [[] for _ in docs] for s in opts.seeds})
     template = PromptTemplate(find_template(task, index.search_dirs), max_chars=task.prompt.max_chars)
     sampler_name = opts.sampler or task.fewshot.sampler
-    sampler = build_sampler(sampler_name, task.fewshot.options if sampler_name == task.fewshot.sampler else {})
+    sampler = build_sampler(sampler_name, sampler_options(sampler_name, task.fewshot.sampler, task.fewshot.options))
     pool = load_documents(task, task.fewshot_split, opts.data) if k > 0 else []
     prompts, shot_ids = {}, {}
+    exclusion = ShotExclusion("no_shots")
     for seed in opts.seeds:
-        picks = sampler.select(docs, pool, k, seed)
+        try:
+            selection = sampler.choose(docs, pool, k, seed)
+        except UserError as exc:
+            raise UserError(f"task {task.task}: {exc}") from None
+        picks, exclusion = selection.picks, selection.exclusion  # the exclusion does not depend on the seed
         shot_ids[seed] = [[pool[i].id for i in row] for row in picks]
         prompts[seed] = [template.render(d, [pool[i] for i in row], task.prompt.instruction,
                                          chat=opts.apply_chat_template) for d, row in zip(docs, picks)]
@@ -106,7 +112,7 @@ def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) 
         prompts = {s: [ps[i] for i in keep] for s, ps in prompts.items()}
         shot_ids = {s: [ids[i] for i in keep] for s, ids in shot_ids.items()}
     choices = _choices(task, opts) if task.output_type == "rank_choices" else ()
-    return PreparedTask(task, split, docs, k, template, prompts, shot_ids, choices, media)
+    return PreparedTask(task, split, docs, k, template, prompts, shot_ids, choices, media, exclusion)
 
 
 def _choices(task: TaskConfig, opts: RunOptions) -> tuple[str, ...]:
@@ -250,6 +256,7 @@ def _task_record(p: PreparedTask, per_seed: dict, details: dict, opts: RunOption
         "split": p.split,
         "n_documents": len(p.docs),
         "shots": p.shots,
+        "fewshot_exclusion": p.shot_exclusion.as_dict(),
         "seeds": list(opts.seeds),
         "documents_sha256": sha256_json([[d.id, dict(d.fields)] for d in p.docs]),
         "template_sha256": sha256_json(p.template.source) if p.template else None,

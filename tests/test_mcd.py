@@ -33,24 +33,29 @@ def _normalise(counts):
     return np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
 
 
-def _divergence_if_added(counts, split, side, remaining, alpha):
+def _divergence_if_added(counts, train, heldout, side, remaining, alpha):
     """1 - C_alpha(train || held-out) with each remaining candidate added to `side`, from scratch.
 
     An empty side normalises to zeros, so its coefficient is 0 (the documented convention).
     """
-    grown = _normalise(counts[split[side]].sum(axis=0) + counts[remaining])  # a row per candidate
-    other = _normalise(counts[split[1 - side]].sum(axis=0))
+    grown_idx, other_idx = (train, heldout) if side == 0 else (heldout, train)
+    grown = _normalise(counts[grown_idx].sum(axis=0) + counts[remaining])  # a row per candidate
+    other = _normalise(counts[other_idx].sum(axis=0))
     grown_exponent = alpha if side == 0 else 1 - alpha  # alpha goes with the train side
     return 1.0 - grown**grown_exponent @ other ** (1 - grown_exponent)
 
 
 def reference_split(atoms, compounds, *, seed, max_atom_divergence=0.02, target_size=None,
-                    min_compound_divergence=None):
+                    min_compound_divergence=None, split_heldout=False, with_parts=False):
     """Algorithm 1 written out literally: every candidate re-scored from scratch every step.
 
     Only the randomness protocol, the tie rules and the stop rule are shared with
     mcd_split (they are its documented contract); all divergence arithmetic is redone.
-    Returns (train, heldout) as lists of candidate indices in the order added.
+    Returns (train, heldout) as lists of candidate indices in the order added, and with
+    ``with_parts`` the held-out part of each held-out entry. ``split_heldout``: D_A is
+    judged against the part an item joins (the larger of both when train grows), D_C
+    against the whole held-out side; a held-out item joins the smaller part, or, when
+    both are equal, the one where its D_A is lower (part 0 on a tie).
     """
     n = len(atoms)
     rng = np.random.default_rng(seed)
@@ -61,14 +66,24 @@ def reference_split(atoms, compounds, *, seed, max_atom_divergence=0.02, target_
     atom_counts = _dense(atoms, n_atoms)
     compound_counts = _dense(compounds, n_compounds)
     split = ([], [])
+    parts = ([], [])  # held-out entries by part (all in part 0 unless split_heldout)
+    part_of = []
     remaining = list(order)  # in tie-break order
     for step in range(n if target_size is None else target_size):
         side = int(sides[step])
+        sizes = [len(p) for p in parts]
+        open_parts = [0] if not split_heldout else [0, 1] if sizes[0] == sizes[1] else [int(sizes[1] < sizes[0])]
+        part = open_parts[0]
         if step == 0:
             pick = 0  # Algorithm 1, line 10: a random item (first of the random order)
         else:
-            d_a = _divergence_if_added(atom_counts, split, side, remaining, 0.5)
-            d_c = _divergence_if_added(compound_counts, split, side, remaining, 0.1)
+            by_part = {p: _divergence_if_added(atom_counts, split[0], parts[p], side, remaining, 0.5)
+                       for p in ([0, 1] if split_heldout else [0])}
+            if side == 0:
+                d_a = np.max(list(by_part.values()), axis=0)
+            else:
+                d_a = np.min([by_part[p] for p in open_parts], axis=0)
+            d_c = _divergence_if_added(compound_counts, split[0], split[1], side, remaining, 0.1)
             eligible = d_a < max_atom_divergence
             if not eligible.any():
                 eligible[:] = True
@@ -77,8 +92,14 @@ def reference_split(atoms, compounds, *, seed, max_atom_divergence=0.02, target_
             pick = int(np.flatnonzero(tied)[0])
             if min_compound_divergence is not None and d_c[pick] < min_compound_divergence:
                 break
-        split[side].append(int(remaining.pop(pick)))
-    return split
+        if step and side == 1 and len(open_parts) == 2:
+            part = int(by_part[1][pick] < by_part[0][pick])
+        chosen = int(remaining.pop(pick))
+        split[side].append(chosen)
+        if side == 1:
+            parts[part].append(chosen)
+            part_of.append(part)
+    return (*split, part_of) if with_parts else split
 
 
 def random_problem(rng, n, n_verbs, n_nouns, clips=4, variable=False):
@@ -164,6 +185,42 @@ def test_fast_greedy_matches_reference(seed):
     # At this threshold both branches (some candidates pass the atom filter / none does)
     # occur within most runs, and D_C ties within the tolerance are frequent.
     _assert_same_as_reference(atoms, compounds, seed=seed, max_atom_divergence=0.05)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fast_greedy_with_split_heldout_matches_reference(seed):
+    rng = np.random.default_rng(300 + seed)
+    atoms, compounds = random_problem(rng, n=60, n_verbs=6, n_nouns=10)
+    options = {"seed": seed, "max_atom_divergence": 0.08, "split_heldout": True}
+    result = mcd_split(atoms, compounds, **options)
+    train, heldout, parts = reference_split(atoms, compounds, with_parts=True, **options)
+    assert result.train.tolist() == train and result.heldout.tolist() == heldout
+    assert result.heldout_part.tolist() == parts
+    sizes = np.cumsum(np.eye(2, dtype=int)[parts], axis=0)  # (validation, test) after each held-out step
+    assert np.abs(sizes[:, 0] - sizes[:, 1]).max() == 1
+    assert parts != [i % 2 for i in range(len(parts))]  # the part is chosen, not merely alternated
+    assert result.atom_divergence == pytest.approx(atom_divergence(*_side_counts(atoms, train, heldout)))
+    assert result.compound_divergence == pytest.approx(compound_divergence(*_side_counts(compounds, train, heldout)))
+    # and it is a different greedy from the plain one
+    assert (result.train.tolist(), result.heldout.tolist()) != tuple(reference_split(
+        atoms, compounds, seed=seed, max_atom_divergence=0.08))
+
+
+def test_split_heldout_keeps_both_parts_under_the_threshold_where_random_halves_do_not():
+    atoms, compounds = random_problem(np.random.default_rng(0), n=600, n_verbs=6, n_nouns=12)
+    options = {"seed": 0, "max_atom_divergence": 0.02, "target_size": 300}
+
+    def part_divergences(train, parts):
+        return [atom_divergence(*_side_counts(atoms, train.tolist(), p.tolist())) for p in parts]
+
+    plain = mcd_split(atoms, compounds, **options)
+    assert plain.atom_divergence < 0.02 and not plain.heldout_part.any()
+    halves = np.split(np.random.default_rng(1).permutation(plain.heldout), [(len(plain.heldout) + 1) // 2])
+    assert max(part_divergences(plain.train, halves)) > 0.025  # 0.0253: one random half misses the target
+    split = mcd_split(atoms, compounds, split_heldout=True, **options)
+    parts = [split.heldout[split.heldout_part == p] for p in (0, 1)]
+    assert [len(p) for p in parts] == [75, 75]
+    assert max(part_divergences(split.train, parts)) < 0.02
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -101,10 +101,16 @@ def _join_phrases(tokens: list[str], phrases: Iterable[str]) -> str:
     """Replace each multiword phrase, longest first, by its ``_`` form.
 
     The last word may be a plural of the annotated noun ("oven gloves" for
-    ``glove:oven``); the text keeps its own spelling.
+    ``glove:oven``); the text keeps its own spelling. Phrases of equal length
+    keep the order given (verb, then nouns as annotated, main noun first),
+    because two of them can overlap: "wipe top of clip top jar" is annotated
+    ``top:clip`` and ``jar:top``, and only one of "clip_top jar" / "clip
+    top_jar" can be formed. Ordering by a set's iteration instead made the
+    build depend on ``PYTHONHASHSEED``.
     """
     words = list(tokens)
-    for phrase in sorted({p for p in phrases if p and " " in p}, key=lambda p: -len(p.split())):
+    multiword = dict.fromkeys(p for p in phrases if p and " " in p)  # de-duplicated, order kept
+    for phrase in sorted(multiword, key=lambda p: -len(p.split())):  # stable: ties keep their order
         parts = phrase.split()
         n = len(parts)
         i = 0
