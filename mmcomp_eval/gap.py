@@ -86,7 +86,7 @@ class GapTracker:
     pairs: list[TwinPair]
     resamples: int = bootstrap.N_RESAMPLES
     seed: int = bootstrap.SEED
-    _done: dict[str, TaskScores] = field(default_factory=dict)
+    _done: dict[str, TaskScores] = field(default_factory=dict, init=False)
 
     def add(self, task: str, scores: TaskScores) -> list[dict]:
         if not any(task in (p.compositional, p.in_domain) for p in self.pairs):
