@@ -1,4 +1,4 @@
-"""Bootstrap over documents: standard errors in results.json, paired tests in ``compare``.
+"""Bootstrap over documents: standard errors in results.json, paired tests in ``compare``, gaps between test sets.
 
 Every statistic here is "the task's reported value on a resample of its
 documents": the mean over seeds of the metric's corpus value, the same
@@ -8,6 +8,11 @@ is a mean of resampled scores; for corpus statistics such as BLEU the metric
 is recomputed on each resample (from summed sufficient statistics when the
 metric provides them, else by calling ``compute``), which is what makes the
 BLEU interval honest: per-pair BLEU scores do not average to corpus BLEU.
+
+Two runs on the same documents are compared paired (:func:`paired`); two
+tasks on different documents (a compositional test set and its random-split
+twin) unpaired (:func:`unpaired`): each side's documents are resampled from a
+stream of its own.
 
 Resamples come from ``numpy.random.default_rng(seed)`` in fixed-size
 chunks, so the numbers are reproducible for a given seed and resample count.
@@ -27,7 +32,7 @@ SEED = 0
 Statistic = Callable[[np.ndarray], np.ndarray]  # (B, n) resampled indices -> (B,) values
 
 
-def resamples(n: int, b: int, seed: int):
+def resamples(n: int, b: int, seed: int | np.random.SeedSequence):
     """``b`` rows of ``n`` indices drawn with replacement, in chunks that depend on ``n`` only."""
     rng = np.random.default_rng(seed)
     chunk = max(1, min(b, 2_000_000 // max(n, 1)))
@@ -38,7 +43,7 @@ def resamples(n: int, b: int, seed: int):
         done += rows
 
 
-def bootstrap(stat: Statistic, n: int, b: int = N_RESAMPLES, seed: int = SEED) -> np.ndarray:
+def bootstrap(stat: Statistic, n: int, b: int = N_RESAMPLES, seed: int | np.random.SeedSequence = SEED) -> np.ndarray:
     return np.concatenate([stat(idx) for idx in resamples(n, b, seed)]) if n else np.zeros(0)
 
 
@@ -96,36 +101,62 @@ def _decomposable(cls, scores: np.ndarray, values: Sequence[float]) -> bool:
     return all(math.isclose(m, v, abs_tol=1e-3) for m, v in zip(means.tolist(), values))
 
 
-def task_stderr(config, docs: Sequence[Document], seed_runs: Sequence[tuple[list[str], dict]],
-                resources=None) -> dict[str, dict]:
-    """``{metric: {"stderr": se}}`` for one task; ``seed_runs`` is (predictions, {metric: MetricResult}) per seed."""
+def task_statistics(config, docs: Sequence[Document], seed_runs: Sequence[tuple[list[str], dict]],
+                    resources=None) -> dict[str, Statistic]:
+    """``{metric: statistic}`` for one task; ``seed_runs`` is (predictions, {metric: MetricResult}) per seed.
+
+    Metrics without a per-document score, and tasks of fewer than 2
+    documents, have nothing to resample and are left out.
+    """
     from mmcomp_eval.metrics import METRICS
 
     refs = [str(d[config.target_field]) for d in docs]
-    out: dict[str, dict] = {}
+    out: dict[str, Statistic] = {}
     for mc in config.metrics:
         name = METRICS.get(mc.name).name
         results = [r[name] for _, r in seed_runs if name in r]
         if len(results) != len(seed_runs) or len(docs) < 2 or any(len(r.per_sample) != len(docs) for r in results):
-            continue  # nothing to resample (a metric without per-document scores)
-        stat = statistic(mc.name, mc.options, [r.per_sample for r in results], [r.value for r in results],
-                         [p for p, _ in seed_runs], refs, docs, resources)
-        out[name] = {"stderr": round(float(np.std(bootstrap(stat, len(docs)), ddof=1)), 4)}
+            continue
+        out[name] = statistic(mc.name, mc.options, [r.per_sample for r in results], [r.value for r in results],
+                              [p for p, _ in seed_runs], refs, docs, resources)
     return out
 
 
-def paired(stat_a: Statistic, stat_b: Statistic, n: int, b: int, seed: int, level: float = 0.95) -> dict:
-    """Paired bootstrap of ``a - b`` on the same resampled documents.
+def task_stderr(statistics: dict[str, Statistic], n: int) -> dict[str, dict]:
+    """``{metric: {"stderr": se}}``: the sample std (ddof=1) of the bootstrap values, as lm-eval's ``bootstrap_stderr``."""
+    return {name: {"stderr": round(float(np.std(bootstrap(stat, n), ddof=1)), 4)} for name, stat in statistics.items()}
 
-    The p-value is two-sided for "no difference": the resampled differences,
-    centred on the observed one, stand in for the null distribution
-    (Efron & Tibshirani 16.4; Berg-Kirkpatrick et al. 2012), with the usual
-    +1 so it is never exactly 0.
-    """
+
+def paired(stat_a: Statistic, stat_b: Statistic, n: int, b: int, seed: int, level: float = 0.95) -> dict:
+    """Paired bootstrap of ``a - b`` on the same resampled documents."""
     everything = np.arange(n)[None, :]
     observed = float(stat_a(everything)[0] - stat_b(everything)[0])
     deltas = np.concatenate([stat_a(idx) - stat_b(idx) for idx in resamples(n, b, seed)])
+    return {"delta": observed, **_interval(deltas, observed, level)}
+
+
+def unpaired(stat_a: Statistic, n_a: int, stat_b: Statistic, n_b: int, b: int = N_RESAMPLES, seed: int = SEED,
+             level: float = 0.95) -> dict:
+    """Bootstrap of ``a - b`` measured on different documents: each side resampled on its own.
+
+    The two sides draw from independent streams (``SeedSequence(seed).spawn(2)``,
+    the first for ``a``): one shared stream would resample document ``i`` of
+    both sets together, a pairing that means nothing across test sets.
+    """
+    stream_a, stream_b = np.random.SeedSequence(seed).spawn(2)
+    observed = float(stat_a(np.arange(n_a)[None, :])[0] - stat_b(np.arange(n_b)[None, :])[0])
+    deltas = bootstrap(stat_a, n_a, b, stream_a) - bootstrap(stat_b, n_b, b, stream_b)
+    return {"delta": observed, **_interval(deltas, observed, level)}
+
+
+def _interval(deltas: np.ndarray, observed: float, level: float) -> dict:
+    """Percentile interval and two-sided p-value for "no difference".
+
+    The resampled differences, centred on the observed one, stand in for the
+    null distribution (Efron & Tibshirani 16.4; Berg-Kirkpatrick et al. 2012),
+    with the usual +1 so the p-value is never exactly 0.
+    """
     lo, hi = np.quantile(deltas, [(1 - level) / 2, (1 + level) / 2])
     extreme = int(np.sum(np.abs(deltas - observed) >= abs(observed) - 1e-12))
-    return {"delta": observed, "ci_low": float(lo), "ci_high": float(hi),
-            "p_value": (extreme + 1) / (len(deltas) + 1), "resamples": len(deltas)}
+    return {"ci_low": float(lo), "ci_high": float(hi), "p_value": (extreme + 1) / (len(deltas) + 1),
+            "resamples": len(deltas)}

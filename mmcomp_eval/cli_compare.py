@@ -31,6 +31,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     runs = compare.load_runs(args.results, labels)
     parts = [compare.side_by_side(runs, args.format)]
+    gaps = compare.gap_table(runs, args.format)
+    if gaps:
+        parts.append(gaps)
     if len(runs) > 1 and not args.no_significance:
         tests = compare.paired_tests(runs, args.resamples, args.seed, args.allow_different_prompts)
         if args.format == "md":

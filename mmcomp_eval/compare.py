@@ -11,6 +11,9 @@ Significance is a paired bootstrap over documents (see
 :mod:`mmcomp_eval.bootstrap`): both runs are rescored on the same
 resampled documents, corpus metrics such as BLEU recomputed on each, and the
 difference's percentile interval and two-sided p-value reported.
+
+The compositional gap of each run (in-domain minus compositional score, see
+:mod:`mmcomp_eval.gap`) is read from its results.json and shown per model.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from mmcomp_eval import bootstrap
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.report import format_interval
 
 FORMATS = ("md", "latex", "csv")
 
@@ -196,6 +200,66 @@ def _tex(s: str) -> str:
     for ch in "\\&%$#_{}":
         s = s.replace(ch, "\\" + ch if ch != "\\" else r"\textbackslash{}")
     return s
+
+
+# -- compositional gaps ------------------------------------------------------------
+
+
+def _gap_rows(runs: list[Run]) -> list[tuple[str, str, str]]:
+    """(compositional task, in-domain task, metric) in first-seen order."""
+    keys: dict[tuple[str, str, str], None] = {}
+    for r in runs:
+        for g in r.results.get("gaps") or []:
+            for metric in g.get("metrics", {}):
+                keys[(g["compositional_task"], g["in_domain_task"], metric)] = None
+    return list(keys)
+
+
+def _gap_cell(run: Run, row: tuple[str, str, str]) -> dict | None:
+    comp, dom, metric = row
+    for g in run.results.get("gaps") or []:
+        if (g["compositional_task"], g["in_domain_task"]) == (comp, dom):
+            return g["metrics"].get(metric)
+    return None
+
+
+def _gap_fmt(m: dict | None) -> str:
+    if m is None:
+        return "-"
+    return f"{m['gap']:+.2f} {format_interval(m)}" if m.get("ci_low") is not None else f"{m['gap']:+.2f}"
+
+
+def gap_table(runs: list[Run], fmt: str = "md") -> str:
+    """Each run's compositional gaps (in-domain minus compositional) with their intervals; "" when none has any."""
+    rows = _gap_rows(runs)
+    if not rows:
+        return ""
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["compositional", "in_domain", "metric", *itertools.chain.from_iterable(
+            (f"{r.label} gap", f"{r.label} ci_low", f"{r.label} ci_high") for r in runs)])
+        for row in rows:
+            cells = [_gap_cell(r, row) or {} for r in runs]
+            w.writerow([*row, *itertools.chain.from_iterable(
+                (c.get("gap", ""), "" if c.get("ci_low") is None else c["ci_low"],
+                 "" if c.get("ci_high") is None else c["ci_high"]) for c in cells)])
+        return buf.getvalue()
+    if fmt == "latex":
+        lines = [r"\begin{tabular}{lll" + "r" * len(runs) + "}", r"\toprule",
+                 " & ".join(["Compositional", "In-domain", "Metric", *(_tex(r.label) for r in runs)]) + r" \\",
+                 r"\midrule"]
+        for row in rows:
+            lines.append(" & ".join([*(_tex(x) for x in row), *(_gap_fmt(_gap_cell(r, row)) for r in runs)]) + r" \\")
+        lines += [r"\bottomrule", r"\end{tabular}"]
+        return "\n".join(lines) + "\n"
+    lines = ["Compositional gap (in-domain minus compositional; positive: worse on novel compositions), "
+             "with each run's bootstrap interval:", "",
+             "| compositional | in-domain | metric | " + " | ".join(r.label for r in runs) + " |",
+             "|---|---|---|" + "---|" * len(runs)]
+    for row in rows:
+        lines.append("| " + " | ".join(row) + " | " + " | ".join(_gap_fmt(_gap_cell(r, row)) for r in runs) + " |")
+    return "\n".join(lines) + "\n"
 
 
 # -- significance ------------------------------------------------------------------

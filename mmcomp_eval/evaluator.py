@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from mmcomp_eval import bootstrap, parallel
+from mmcomp_eval import bootstrap, gap, parallel
 from mmcomp_eval.aggregate import aggregate
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.model import Model
@@ -197,6 +197,7 @@ def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOp
     """Evaluate; ``None`` in a data-parallel helper process (process 0 writes the results)."""
     opts.validate()
     prepared = [prepare(t, model, opts, index) for t in tasks]  # all checks before any inference
+    gaps = gap.GapTracker(gap.twin_pairs(tasks, {p.config.task: p.shots for p in prepared}, list(index.tasks)))
     resources = metric_resources(tasks, opts)
     metrics = {t.task: build_metrics(t, resources) for t in tasks}
     proc = parallel.current()
@@ -217,8 +218,9 @@ def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOp
             for name, (result, describe) in scored.items():
                 per_seed.setdefault(name, []).append(result.value)
                 details[name] = describe
-        stderr = bootstrap.task_stderr(p.config, p.docs, seed_runs, resources)
-        record.tasks[p.config.task] = _task_record(p, per_seed, details, opts, stderr)
+        stats = bootstrap.task_statistics(p.config, p.docs, seed_runs, resources)
+        record.tasks[p.config.task] = _task_record(p, per_seed, details, opts, bootstrap.task_stderr(stats, len(p.docs)))
+        record.gaps += gaps.add(p.config.task, gap.TaskScores(len(p.docs), per_seed, stats))
         record.cache = model.cache_report() if hasattr(model, "cache_report") else {"enabled": False}
         writer.write_results(record)
     return record

@@ -100,7 +100,7 @@ class PromptTemplate:
         try:
             text = self._template.render(ctx)
             in_text_order = tuple(images)
-            messages = self._chat(ctx, doc, shots, instruction) if chat else None
+            messages = self._chat(ctx) if chat else None
         except Exception as exc:  # noqa: BLE001 -- any failure inside a user's template is the user's to fix
             raise self._render_error(exc, doc.id) from None
         return RenderedPrompt(text.strip(), messages, in_text_order)
@@ -134,15 +134,16 @@ class PromptTemplate:
                   and not f.filename.endswith(".py")]
         return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else str(self.path)
 
-    def _chat(self, ctx: dict, doc: Document, shots: Sequence[Document], instruction: str):
+    def _chat(self, ctx: dict):
+        """The turns, from the very field dicts of ``ctx``: ``image()`` knows documents by those objects."""
         module = self._template.make_module(ctx)
         if not hasattr(module, "input") or not hasattr(module, "answer"):
             raise UserError(f"{self.path}: chat prompting needs macros 'input(doc)' and 'answer(doc)' in the template")
-        messages = [ChatMessage("system", instruction)] if instruction else []
-        for s in shots:
-            messages.append(ChatMessage("user", str(module.input(dict(s.fields))).strip()))
-            messages.append(ChatMessage("assistant", str(module.answer(dict(s.fields))).strip()))
-        messages.append(ChatMessage("user", str(module.input(dict(doc.fields))).strip()))
+        messages = [ChatMessage("system", ctx["instruction"])] if ctx["instruction"] else []
+        for s in ctx["shots"]:
+            messages.append(ChatMessage("user", str(module.input(s)).strip()))
+            messages.append(ChatMessage("assistant", str(module.answer(s)).strip()))
+        messages.append(ChatMessage("user", str(module.input(ctx["doc"])).strip()))
         return tuple(messages)
 
     def answer(self, doc: Document) -> str:

@@ -1,4 +1,4 @@
-"""The Markdown table printed at the end of a run."""
+"""The Markdown tables printed at the end of a run: scores per task, then compositional gaps."""
 
 from __future__ import annotations
 
@@ -15,4 +15,29 @@ def markdown_table(record: dict) -> str:
              for metric, d in t.get("metric_details", {}).items() if isinstance(d, dict) and d.get("model")]
     if notes:
         lines += [""] + notes
+    if record.get("gaps"):
+        lines += ["", gap_table(record["gaps"])]
     return "\n".join(lines)
+
+
+def gap_table(gaps: list[dict]) -> str:
+    """One row per twin pair and metric: both scores, the gap and its interval."""
+    b = gaps[0]["bootstrap"]
+    lines = [f"Compositional gap = in-domain (random split) minus compositional; positive: worse on novel "
+             f"compositions. {b['level']:.0%} CI: unpaired bootstrap over the documents of each test set "
+             f"({b['resamples']} resamples, seed {b['seed']}).", "",
+             "| compositional | in-domain | metric | compositional | in-domain | gap | CI | p |",
+             "|---|---|---|---|---|---|---|---|"]
+    for g in gaps:
+        for metric, m in g["metrics"].items():
+            lines.append(f"| {g['compositional_task']} | {g['in_domain_task']} | {metric} | {m['compositional']:.2f} | "
+                         f"{m['in_domain']:.2f} | {m['gap']:+.2f} | {format_interval(m)} | {format_p(m)} |")
+    return "\n".join(lines)
+
+
+def format_interval(m: dict) -> str:
+    return "-" if m.get("ci_low") is None else f"[{m['ci_low']:+.2f}, {m['ci_high']:+.2f}]"
+
+
+def format_p(m: dict) -> str:
+    return "-" if m.get("p_value") is None else f"{m['p_value']:.4f}"

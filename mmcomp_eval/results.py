@@ -62,6 +62,8 @@ class RunRecord:
     tasks: dict = field(default_factory=dict)
     #: the response store: path, model key, hits and misses (``{"enabled": false}`` with --no-cache)
     cache: dict = field(default_factory=lambda: {"enabled": False})
+    #: compositional gaps, one per twin pair whose both tasks ran (``mmcomp_eval.gap``), in the order they completed
+    gaps: list = field(default_factory=list)
     created: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     command: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -75,6 +77,7 @@ class RunRecord:
             "model": self.model,
             "config": self.config,
             "tasks": self.tasks,
+            "gaps": self.gaps,
             "cache": self.cache,
         }
 

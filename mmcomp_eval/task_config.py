@@ -134,6 +134,11 @@ class TaskConfig:
     media: MediaConfig | None = None
     #: perturb a field of the evaluation documents
     perturbation: PerturbationConfig | None = None
+    #: this task is the in-domain (random split) twin of the named compositional
+    #: task: a run of both reports the gap between them (``mmcomp_eval.gap``).
+    #: Declared on the in-domain side because that file includes the
+    #: compositional one, which would otherwise pass the link on to its twin.
+    in_domain_of: str | None = None
     #: where the task was read from (set by the loader, not by YAML)
     source: str = ""
 
@@ -159,6 +164,9 @@ class TaskConfig:
                             "so score the second variant in a task of its own (include: this file)")
         if self.media is not None:
             _one_of(where, "media.on_error", self.media.on_error, ("stop", "skip"))
+        if self.in_domain_of == self.task:
+            raise UserError(f"{where}: in_domain_of names the task itself; name the compositional task this one is "
+                            "the random-split twin of, or remove the key")
         if self.perturbation is not None:
             from mmcomp_eval.perturb.kinds import KINDS
             from mmcomp_eval.perturb.tokens import POS_ROLES
