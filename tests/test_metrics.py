@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mmcomp_eval.api.document import Document
+from mmcomp_eval.data.category_map import CategoryMap
 from mmcomp_eval.data.vocab import CategoryIndex
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.metrics import METRICS, MetricResources, build_metric, metric_options
@@ -186,7 +187,8 @@ NOUNS = """id,key,instances,category
 def classes(tmp_path) -> MetricResources:
     (tmp_path / "verbs.csv").write_text(VERBS)
     (tmp_path / "nouns.csv").write_text(NOUNS)
-    return MetricResources(CategoryIndex.from_csv(tmp_path / "verbs.csv", tmp_path / "nouns.csv"))
+    # class tables only (no annotations): tiers 3-4 of the category map
+    return MetricResources(CategoryMap(CategoryIndex.from_csv(tmp_path / "verbs.csv", tmp_path / "nouns.csv")))
 
 
 def _docs(targets):
@@ -207,9 +209,27 @@ def test_category_accuracy_action(classes):
     result = metric.compute(predictions, ["unused"] * 6, _docs(targets))
     assert result.per_sample == (100.0, 100.0, 100.0, 0.0, 0.0, 0.0)
     assert result.value == 50.0
-    assert metric.last_unparsed == ("d4", "d5")
-    assert metric.describe() == {"name": "category_accuracy", "atom": "action", "classes": "EK-100",
-                                 "scored": 6, "unparsed": 2}
+    assert metric.last_unmapped == ("d4", "d5")
+    info = metric.describe()
+    assert {k: info[k] for k in ("name", "atom", "classes", "scored", "unmapped", "right_by_identity_only")} == {
+        "name": "category_accuracy", "atom": "action", "classes": "EK-100", "scored": 6, "unmapped": 2,
+        "right_by_identity_only": 0}
+    assert info["decided_by"] == {"parse": 4, "unmapped": 2}
+    assert info["mapping"]["annotations"] is None  # this map knows the class tables only
+
+
+def test_category_accuracy_is_never_below_exact_match(classes):
+    """A prediction equal to its reference is right even where the map reads other classes."""
+    metric = build_metric("category_accuracy", {}, classes)
+    docs = _docs([(3, 3), (3, 3), (0, 0)])
+    predictions = ["Hello There.", "hello_there", "grab knife"]
+    references = ["hello there", "hello there", "hello there"]
+    result = metric.compute(predictions, references, docs)
+    assert result.per_sample == (100.0, 100.0, 100.0)
+    assert metric.describe()["right_by_identity_only"] == 2
+    assert metric.last_unmapped == ("d0", "d1")  # the map still could not read them: reported
+    em = build_metric("exact_match", {}, classes).compute(predictions, references, docs)
+    assert all(c >= e for c, e in zip(result.per_sample, em.per_sample))
 
 
 def test_category_accuracy_verb(classes):
@@ -218,7 +238,7 @@ def test_category_accuracy_verb(classes):
     targets = [(0, None), (0, None), (2, None), (0, None), (0, None)]
     result = metric.compute(predictions, [""] * 5, _docs(targets))
     assert result.per_sample == (100.0, 100.0, 100.0, 0.0, 0.0)
-    assert metric.last_unparsed == ("d4",)
+    assert metric.last_unmapped == ("d4",)
 
 
 def test_category_accuracy_noun(classes):
@@ -227,11 +247,11 @@ def test_category_accuracy_noun(classes):
     targets = [(None, 1), (None, 2), (None, 3), (None, 3), (None, 0)]
     result = metric.compute(predictions, [""] * 5, _docs(targets))
     assert result.per_sample == (100.0, 100.0, 100.0, 0.0, 0.0)
-    assert metric.describe()["unparsed"] == 1
+    assert metric.describe()["unmapped"] == 1
 
 
 def test_category_accuracy_errors(classes):
-    with pytest.raises(UserError, match="EK-100 class tables"):
+    with pytest.raises(UserError, match="EK-100 annotations and class tables"):
         build_metric("category_accuracy", {}, MetricResources())
     with pytest.raises(UserError, match="did you mean 'verb'"):
         build_metric("category_accuracy", {"atom": "verbs"}, classes)
@@ -242,10 +262,13 @@ def test_category_accuracy_errors(classes):
 
 @pytest.mark.data
 def test_category_accuracy_on_ek100_tables(reference_ek100):
-    index = CategoryIndex.from_dir(reference_ek100)
-    verb, noun = index.parse_narration("dice parmesan")
-    metric = build_metric("category_accuracy", {}, MetricResources(index))
-    result = metric.compute(["slice paneer", "wash paneer"], ["", ""], _docs([(verb, noun)] * 2))
+    from mmcomp_eval.data import ek100
+
+    categories = CategoryMap.load(ek100.locate(reference_ek100))
+    target = categories.action("dice parmesan")
+    assert target.source == "parse"
+    metric = build_metric("category_accuracy", {}, MetricResources(categories))
+    result = metric.compute(["slice paneer", "wash paneer"], ["", ""], _docs([(target.verb, target.noun)] * 2))
     assert result.per_sample == (100.0, 0.0)
 
 
