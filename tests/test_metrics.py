@@ -131,6 +131,38 @@ def test_bleu_agrees_with_torchtext_transcription(max_n):
     assert 0 < result.value < 100
 
 
+def test_bleu_is_sacrebleu_with_the_papers_settings():
+    import sacrebleu
+
+    corpus = BLEU_PAIRS + BLEU4_PAIRS
+    hyps, refs = [c for c, _ in corpus], [r for _, r in corpus]
+    for max_n in (1, 2, 4):
+        direct = sacrebleu.metrics.BLEU(max_ngram_order=max_n, tokenize="none", smooth_method="none",
+                                        effective_order=False).corpus_score(hyps, [refs]).score
+        assert _bleu(corpus, max_n=max_n).value == direct  # the same arithmetic, bit for bit
+    info = build_metric("bleu", {}, OFFLINE).describe()
+    assert info["implementation"] == f"sacrebleu=={sacrebleu.__version__} BLEU"
+    assert info["equals"].startswith("torchtext.data.metrics.bleu_score(max_n=1")
+
+
+def test_bleu_tokenize_and_lowercase_options():
+    """Where sacrebleu's options part from torchtext: punctuation split off (13a), case folded."""
+    pairs = [("Take knife.", "take knife"), ("put plate, then cup", "put plate then cup")]
+    paper = _bleu(pairs)                         # "Take" != "take", "knife." != "knife", "plate," != "plate"
+    assert paper.per_sample == pytest.approx([0.0, 75.0])
+    assert _bleu(pairs, lowercase=True).per_sample == pytest.approx([50.0, 75.0])
+    split_punct = _bleu(pairs, tokenize="13a", lowercase=True)  # "knife ." and "plate , then": 2/3 and 4/5
+    assert split_punct.per_sample == pytest.approx([100 * 2 / 3, 80.0])
+    expected = 100 * torchtext_bleu([c.lower().split() for c, _ in pairs], [[r.split()] for _, r in pairs],
+                                    max_n=1, weights=[1.0])
+    assert _bleu(pairs, lowercase=True).value == pytest.approx(expected, rel=1e-6)
+    assert "not torchtext" in build_metric("bleu", {"tokenize": "13a"}, OFFLINE).describe()["equals"]
+    with pytest.raises(UserError, match="tokenize must be one of .*'13b'.*did you mean '13a'"):
+        build_metric("bleu", {"tokenize": "13b"}, OFFLINE)
+    with pytest.raises(UserError, match="lowercase must be true or false, got 'yes'"):
+        build_metric("bleu", {"lowercase": "yes"}, OFFLINE)
+
+
 def test_bleu_edge_cases():
     assert _bleu([]).value == 0.0
     assert _bleu([("", "")]).value == 0.0  # no candidate n-gram can match

@@ -201,10 +201,13 @@ class CategoryMap:
         return self.index.verb_class(phrase)
 
     def _noun_phrase(self, phrase: str) -> int | None:
-        hit = self.tables.nouns.get(phrase)
-        if hit is None:
-            hit = self.tables.nouns.get(singular(phrase))
-        return hit if hit is not None else self.index.noun_class(phrase)
+        forms = _singular_forms(phrase)
+        for table in (self.tables.nouns.get, self.index.noun_class):
+            for form in forms:
+                hit = table(form)
+                if hit is not None:
+                    return hit
+        return None
 
     def _particle_verb(self, tokens: list[str], start: int, end: int) -> int | None:
         """The class of "head particle" when the particle follows the object ("put glass INTO cupboard").
@@ -376,11 +379,17 @@ def _noun_forms(raw: str) -> list[list[str]]:
     return unique
 
 
+def _singular_forms(phrase: str) -> tuple[str, ...]:
+    """The phrase and what it is if its last word is a plural ("knives" -> "knife", "leaves" -> "leaf")."""
+    forms = [phrase, singular(phrase)]
+    if phrase.endswith("ves"):
+        forms += [phrase[:-3] + "f", phrase[:-3] + "fe"]
+    return tuple(dict.fromkeys(forms))
+
+
 def _same_word(token: str, word: str) -> bool:
-    """``token`` is ``word`` or a plural of it ("leaves" of "leaf", "knives" of "knife")."""
-    if token == word or singular(token) == word:
-        return True
-    return token.endswith("ves") and word in (token[:-3] + "f", token[:-3] + "fe")
+    """``token`` is ``word`` or a plural of it."""
+    return word in _singular_forms(token)
 
 
 def _locate(tokens: list[str], raw: str) -> tuple[int, int] | None:
