@@ -145,7 +145,7 @@ def predict(prepared: PreparedTask, model: Model, seed: int, progress: bool) -> 
     """(raw outputs, parsed predictions) for one seed."""
     task = prepared.config
     if model.uses_documents:
-        preds = model.predict_from_documents(prepared.docs, task.answer_kind)
+        preds = model.predict_from_documents(prepared.docs, task)
         return preds, preds
     kind, reqs, extra = requests_for(prepared, seed)
     bar = tqdm(total=len(reqs), desc=f"{task.task} seed {seed}", disable=not progress, unit="req")
