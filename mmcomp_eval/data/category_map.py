@@ -5,7 +5,9 @@ phrase parser over the class tables alone scored the gold narrations of the
 compositional test split 82% right: "still washing pan" has no verb it
 knows, "put glass into cupboard" is annotated *insert* not *put*, and
 "washing up liquid" is no table spelling. So the annotations come first;
-the tiers, first hit wins:
+the tiers, first hit wins (for the verb and noun tasks tier 2 comes first:
+a one-word narration "put" is annotated with the class of its whole action,
+which may be *insert*, while the answer "put" names the verb *put*):
 
 1. ``narration`` -- the text is an annotated narration (after
    :func:`~mmcomp_eval.textnorm.category_key`): the (verb class, noun class)
@@ -17,7 +19,10 @@ the tiers, first hit wins:
 2. ``phrase`` -- the whole text is one verb (noun) phrase, for the verb and
    noun tasks: ``pour_into``, ``oven gloves``.
 3. ``parse`` -- the text is split into a verb phrase (the longest one at the
-   start, else the first anywhere) and the first noun phrase after it. Both
+   start, else the first anywhere) and the first noun phrase after it (of
+   nouns written back to back, the last: the head of the compound); a
+   particle after the object that makes a two-word ``verb`` cell with the
+   verb decides the verb ("put glass into cupboard" -> ``put-into``). Both
    tiers 2 and 3 look phrases up in one lexicon in which what the
    annotations give wins over the class tables: the ``verb`` column
    (``put-into`` -> "put into"), the words before the first noun of each
@@ -31,7 +36,7 @@ the tiers, first hit wins:
    optional and loaded only the first time a text reaches this tier;
    ``describe()`` records which pipeline was used, or why none was.
 
-Learning the map reads the two annotation files (about 2 s); the result is
+Learning the map reads the two annotation files (about 3 s); the result is
 cached as JSON under the cache folder, keyed by the SHA-256 of the four
 EK-100 files and :data:`MAP_VERSION`, so later runs load it in a fraction of
 that (``bench/bench_category_map.py`` measures both).
@@ -44,7 +49,7 @@ import json
 import os
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,7 +173,7 @@ class CategoryMap:
         return self._best(key, lambda t: (None, self._noun_in(t)), verb=False, noun=True)
 
     def describe(self) -> dict:
-        info = {"tiers": ["identity", *SOURCES], "annotations": self.tables.stats or None}
+        info = {"tiers": list(SOURCES), "annotations": self.tables.stats or None}
         if self.cache_key:
             info["cache_key"] = self.cache_key
         info["lemmatizer"] = self.lemmatizer or (f"none ({self.lemmatizer_error})" if self.lemmatizer_error

@@ -1,7 +1,8 @@
 """EK-100 verb/noun class index: any spelling of a verb or noun -> its class.
 
 Category accuracy needs to decide whether "grab" and "pick up" are the same
-verb. EK-100 ships that knowledge as class tables (``key`` plus the list of
+verb (this index is the class-table tier of ``data/category_map.py``, after
+what the annotations themselves teach). EK-100 ships that knowledge as class tables (``key`` plus the list of
 ``instances`` folded into the class). Instances come in the annotation's raw
 spelling (``pick-up``, ``board:chopping``); predictions come as plain text
 ("pick up chopping board") or in CompAct's normalised form
