@@ -90,6 +90,8 @@ def test_unseen_text_is_read_with_phrases_the_annotations_give(categories):
     assert categories.action("take soy milk carton") == Mapped(0, 9, "parse")
     assert categories.action("wash pan lid") == Mapped(2, 7, "parse")
     assert categories.action("hello there") == Mapped(None, None, None)
+    assert categories.action("the lid, then") == Mapped(None, 7, None)  # a noun without a verb: unmapped
+    assert categories.action("the pan, wash it") == Mapped(2, 6, "parse")  # verb not first, noun before it
 
 
 def test_verb_and_noun_answers_are_phrases_first(categories):

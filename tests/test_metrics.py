@@ -481,7 +481,7 @@ def test_roberta_tokenizer_gets_the_leading_space_bert_score_expects():
 
 def test_registry_lists_every_metric():
     assert set(METRICS) == {"bleu", "exact_match", "category_accuracy", "bertscore"}
-    assert metric_options("bleu") == ["max_n"]
+    assert metric_options("bleu") == ["max_n", "tokenize", "lowercase"]
     assert metric_options("bertscore") == [
         "model", "num_layers", "batch_size", "idf", "rescale_with_baseline"]
 
@@ -489,7 +489,7 @@ def test_registry_lists_every_metric():
 def test_registry_unknown_metric_and_option():
     with pytest.raises(UserError, match=r"unknown metric 'blue' \(did you mean 'bleu'\?\)"):
         build_metric("blue", {}, OFFLINE)
-    message = r"metric 'bleu' has no option 'max_m' \(did you mean 'max_n'\?\); its options: max_n"
+    message = r"metric 'bleu' has no option 'max_m' \(did you mean 'max_n'\?\); its options: max_n, tokenize, lowercase"
     with pytest.raises(UserError, match=message):
         build_metric("bleu", {"max_m": 2}, OFFLINE)
     with pytest.raises(UserError, match="metric 'category_accuracy' has no option 'atoms'.*'atom'"):

@@ -243,9 +243,9 @@ class CategoryMap:
         start = 0
         if verb is None:
             for i in range(1, len(tokens)):
-                verb, end = self._longest(tokens, i, self._verb_phrase, MAX_VERB_TOKENS)
-                if verb is not None:
-                    start = i
+                found, after = self._longest(tokens, i, self._verb_phrase, MAX_VERB_TOKENS)
+                if found is not None:
+                    verb, start, end = found, i, after
                     break
         noun = self._first_noun(tokens, [*range(end, len(tokens)), *range(0, start)])
         if verb is not None:

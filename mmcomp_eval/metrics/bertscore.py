@@ -106,7 +106,7 @@ class _Model:
 
 @METRICS.register("bertscore", aliases=("bert_score",))
 class BertScore(Metric):
-    """BERTScore F1, per sample and averaged (bert-score's own corpus score)."""
+    """BERTScore F1 (bert-score's model and formula, each pair independent of the others), per sample and averaged."""
 
     name = "bertscore"
 
