@@ -91,8 +91,8 @@ class CachingModel(Model):
                       progress: ProgressCallback | None = None) -> list[list[float]]:
         return self._answer("loglikelihood", requests, progress, self.inner.loglikelihood)
 
-    def predict_from_documents(self, docs, target):
-        return self.inner.predict_from_documents(docs, target)
+    def predict_from_documents(self, docs, task):
+        return self.inner.predict_from_documents(docs, task)
 
     def keys(self, kind: str, requests: Sequence, images: Sequence | None = None) -> list[str]:
         if images is None:

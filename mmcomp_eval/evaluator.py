@@ -151,7 +151,7 @@ def predict(prepared: PreparedTask, model: Model, seed: int, progress: bool) -> 
     """(raw outputs, parsed predictions) for one seed."""
     task = prepared.config
     if model.uses_documents:
-        preds = model.predict_from_documents(prepared.docs, task.answer_kind)
+        preds = model.predict_from_documents(prepared.docs, task)
         return preds, preds
     kind, reqs, extra = requests_for(prepared, seed)
     bar = tqdm(total=len(reqs), desc=f"{task.task} seed {seed}", disable=not progress, unit="req")
@@ -181,15 +181,16 @@ def score(prepared: PreparedTask, predictions: Sequence[str], metrics: Sequence)
 def metric_resources(tasks: Sequence[TaskConfig], opts: RunOptions):
     from mmcomp_eval.metrics.registry import MetricResources
 
-    needs_index = any(m.name == "category_accuracy" for t in tasks for m in t.metrics)
-    index = None
-    if needs_index:
-        from mmcomp_eval.data import ek100
-        from mmcomp_eval.data.vocab import CategoryIndex
+    from mmcomp_eval.metrics import METRICS
 
-        files = ek100.locate(opts.data.ek100_dir, offline=opts.data.offline)
-        index = CategoryIndex.from_csv(files.verb_classes, files.noun_classes)
-    return MetricResources(category_index=index, offline=opts.data.offline)
+    needs_map = any(METRICS.canonical(m.name) == "category_accuracy" for t in tasks for m in t.metrics)
+    categories = None
+    if needs_map:
+        from mmcomp_eval.data import ek100
+        from mmcomp_eval.data.category_map import CategoryMap
+
+        categories = CategoryMap.load(ek100.locate(opts.data.ek100_dir, offline=opts.data.offline))
+    return MetricResources(category_map=categories, offline=opts.data.offline)
 
 
 def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOptions, index: TaskIndex,

@@ -36,23 +36,11 @@ def test_plain_noun_reverses_modifiers():
     assert plain_noun("oil:olive") == "olive oil"
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("pick up chopping board", (0, 2)),
-    ("pick_up chopping_board", (0, 2)),
-    ("put down the knife on the board.", (1, 1)),
-    ("the onions, slice them", (5, 4)),
-    ("nothing recognisable", (None, None)),
-])
-def test_parse_narration(index, text, expected):
-    assert index.parse_narration(text) == expected
-
-
 def test_reference_class_tables(reference_ek100):
     index = CategoryIndex.from_dir(reference_ek100)
     assert len(index.verbs) == 97 and len(index.nouns) == 300
     assert index.verb_class("pick-up") == index.verb_class("pick up") == index.verb_class("take") == 0
     assert index.noun_class("board:chopping") == index.noun_class("chopping_board") == index.noun_class("chopping board")
-    assert index.parse_narration("pick up chopping board") == (0, index.noun_class("board:chopping"))
 
 
 def test_bad_class_table(tmp_path):

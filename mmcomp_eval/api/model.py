@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.request import GenerationRequest, LoglikelihoodRequest
+
+if TYPE_CHECKING:
+    from mmcomp_eval.task_config import TaskConfig
 
 ProgressCallback = Callable[[int], None]  # called with the number of requests just finished
 #: ``on_result(i, answer)``: request ``i`` is finished. Optional: an adapter
@@ -29,7 +32,8 @@ class Model(ABC):
     name: str = "model"
     #: whether the adapter can use images in requests
     accepts_images: bool = False
-    #: whether the adapter looks at the document instead of the prompt (baselines)
+    #: whether the adapter answers from the document instead of a prompt (baselines, ``gold``): no
+    #: prompt is rendered and no media is loaded for it, and it answers every seed the same
     uses_documents: bool = False
 
     @abstractmethod
@@ -44,8 +48,12 @@ class Model(ABC):
         """Summed log-probability of each continuation given the context."""
         raise NotImplementedError(f"model '{self.name}' cannot score log-likelihoods")
 
-    def predict_from_documents(self, docs: Sequence[Document], target: str) -> list[str]:
-        """Baselines that read the document directly (``uses_documents``)."""
+    def predict_from_documents(self, docs: Sequence[Document], task: TaskConfig) -> list[str]:
+        """One answer per document, for adapters that read documents (``uses_documents``).
+
+        The whole task config is passed because what to answer depends on it:
+        MRH reads ``answer_kind``, ``gold`` the ``target_field``.
+        """
         raise NotImplementedError(f"model '{self.name}' does not read documents")
 
     def fingerprint(self) -> dict[str, Any]:

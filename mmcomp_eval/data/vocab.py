@@ -1,7 +1,8 @@
 """EK-100 verb/noun class index: any spelling of a verb or noun -> its class.
 
 Category accuracy needs to decide whether "grab" and "pick up" are the same
-verb. EK-100 ships that knowledge as class tables (``key`` plus the list of
+verb (this index is the class-table tier of ``data/category_map.py``, after
+what the annotations themselves teach). EK-100 ships that knowledge as class tables (``key`` plus the list of
 ``instances`` folded into the class). Instances come in the annotation's raw
 spelling (``pick-up``, ``board:chopping``); predictions come as plain text
 ("pick up chopping board") or in CompAct's normalised form
@@ -16,9 +17,6 @@ from pathlib import Path
 
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.textfiles import read_csv
-
-MAX_VERB_TOKENS = 3
-MAX_NOUN_TOKENS = 4
 
 
 def plain_noun(raw: str) -> str:
@@ -80,41 +78,6 @@ class CategoryIndex:
 
     def noun_class(self, text: str) -> int | None:
         return _lookup(self._noun_lookup, text, plain_noun)
-
-    def parse_narration(self, text: str) -> tuple[int | None, int | None]:
-        """(verb class, noun class) of a free-text narration.
-
-        Narrations are imperative: the verb comes first, so the verb is the
-        longest run of leading tokens that names a verb (else the first verb
-        anywhere); the noun is the first noun after it, preferring the longest
-        run of tokens at each position so "chopping board" beats "board".
-        """
-        tokens = lookup_key(text.replace(".", " ").replace(",", " ")).split()
-        verb, start = self._match(tokens, 0, self._verb_lookup, MAX_VERB_TOKENS)
-        if verb is None:
-            for i in range(len(tokens)):
-                verb, start = self._match(tokens, i, self._verb_lookup, MAX_VERB_TOKENS)
-                if verb is not None:
-                    break
-            else:
-                start = 0
-        noun = None
-        for i in [*range(start, len(tokens)), *range(0, start)]:
-            noun, _ = self._match(tokens, i, self._noun_lookup, MAX_NOUN_TOKENS)
-            if noun is not None:
-                break
-        return verb, noun
-
-    @staticmethod
-    def _match(tokens: list[str], i: int, table: dict[str, int], longest: int):
-        for n in range(min(longest, len(tokens) - i), 0, -1):
-            phrase = " ".join(tokens[i:i + n])
-            cid = table.get(phrase)
-            if cid is None and n == 1:
-                cid = table.get(singular(phrase))
-            if cid is not None:
-                return cid, i + n
-        return None, i
 
 
 def singular(word: str) -> str:

@@ -21,13 +21,66 @@ global:
   transformers 5 silently ignores, so the first word lost its leading-space
   BPE form and roberta-large scores drifted from bert-score's published
   behaviour. The flag is set on the tokenizer's pre-tokenizer instead.
+
+**Determinism.** ``BERTScorer.score`` gave a pair a value that changed from
+one run of the same command to the next, in the 4th decimal on the 0-100
+scale: it collects the distinct sentences with ``set()``, whose order follows
+``PYTHONHASHSEED`` (different in every process), sorts them by word count
+only (a stable sort, so ties keep that order), and embeds them in batches
+padded to the longest sentence of each batch; then it matches the pairs in
+batches of ``batch_size`` padded again, in the order given. Another batch
+composition means other matrix shapes in float32, hence other rounding: two
+runs under different hash seeds gave 877 of 4,312 per-sample values that
+differed (74 after rounding to 4 decimals), and the same pairs in reverse
+order 444 (202 of the 2,156 compositional test pairs). So this module computes bert-score's F1 itself, from bert-score's
+own model, tokenizer (``sent_encode``), idf weights and baseline table:
+
+* the distinct sentences are sorted by (token count, text) and embedded in
+  batches of sentences of exactly one token count (no padding at all), so
+  the batches depend on the set of sentences only, never on their order or
+  on the hash seed;
+* each pair is matched on its own, in float64 (greedy cosine matching with
+  idf or uniform weights, [CLS]/[SEP] weighted 0, F1 = 2PR/(P+R), 0 for an
+  empty side, then the baseline rescaling when asked), as ``greedy_cos_idf``
+  does, so a pair's value does not depend on its neighbours in the list.
+
+The same predictions and references therefore give the same bytes in any
+order and any process. What a sentence shares a forward pass with still
+depends on which other sentences are scored (``--limit``, another model's
+outputs): matrix kernels round a row differently for another number of
+rows (measured on CompAct test sentences: 1 of 4,021 embeddings changed
+between batches of 64 and of 7 same-length sentences; 345 of 500 changed
+against one sentence per pass, by at most 4e-6 in any coordinate).
+``batch_size: 1`` embeds every sentence alone, which makes each pair's value
+a function of that pair only, at about 14 times the cost on CPU.
+
+One difference from ``BERTScorer.score`` is not rounding: in its padded
+pair batches a padded position counts as a match of cosine 0, so a token
+whose best real match has a negative cosine gets 0 instead, but only when
+some other pair in its batch is longer. Here a token's best match is always
+its best real match, as in the BERTScore definition. With MiniLM this moved
+12 of 2,156 CompAct test pairs by more than 1e-4 (at most 1.6 points; the
+mean by 0.003); with roberta-large, whose cosines are practically never
+negative, it should not arise. ``bench/bench_bertscore.py`` prints these
+numbers and the times (the same as bert-score's at batch size 64);
+``tests/test_metrics.py`` checks the values against ``BERTScorer.score``
+pair by pair (within float32 noise), that reordering the pairs leaves every
+value bit-identical, and that two processes with different hash seeds agree.
+
+A candidate identical to its (non-empty) reference scores exactly 100: every
+token matches itself with cosine 1, the largest cosine there is, so P = R =
+F1 = 1 by the definition of BERTScore (and stays 1 after baseline
+rescaling); float32 arithmetic would give 99.99999... instead. Such pairs are
+not run through the model at all.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import math
 import warnings
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +106,7 @@ class _Model:
 
 @METRICS.register("bertscore", aliases=("bert_score",))
 class BertScore(Metric):
-    """BERTScore F1, per sample and averaged (bert-score's own corpus score)."""
+    """BERTScore F1 (bert-score's model and formula, each pair independent of the others), per sample and averaged."""
 
     name = "bertscore"
 
@@ -74,16 +127,21 @@ class BertScore(Metric):
         check_lengths(self.name, predictions, references)
         if not predictions:
             return MetricResult(self.name, 0.0, ())
-        scorer = _scorer(self.model, self.idf)
         cands, refs = [str(p) for p in predictions], [str(r) for r in references]
-        if self.idf:
-            # bert-score's own score() takes idf weights from the references
-            # being scored; the shared scorer is re-weighted for each call.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                scorer.compute_idf(refs)
-        _, _, f1 = scorer.score(cands, refs, batch_size=self.batch_size)
-        per_sample = tuple(100 * float(f) for f in f1)
+        f1 = [1.0 if c == r and c.strip() else None for c, r in zip(cands, refs)]
+        todo = [i for i, value in enumerate(f1) if value is None]
+        if todo:
+            scorer = _scorer(self.model, self.idf)
+            if self.idf:
+                # bert-score's own score() takes idf weights from the references
+                # being scored; the shared scorer is re-weighted for each call.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    scorer.compute_idf(refs)
+            for i, value in zip(todo, _pairwise_f1(scorer, [cands[i] for i in todo], [refs[i] for i in todo],
+                                                   self.batch_size)):
+                f1[i] = value
+        per_sample = tuple(100 * f for f in f1)
         return MetricResult(self.name, mean(per_sample), per_sample)
 
     def describe(self) -> dict:
@@ -95,6 +153,8 @@ class BertScore(Metric):
             "num_layers": self.model.num_layers,
             "idf": self.idf,
             "rescale_with_baseline": self.model.baseline is not None,
+            "computation": "bert-score's F1, each pair independent of the others (see metrics/bertscore.py); "
+                           "identical non-empty pairs score exactly 100",
             "bert_score_version": _version("bert-score"),
             "transformers_version": _version("transformers"),
         }
@@ -262,6 +322,59 @@ class _EmptySentence:
         if token_ids:
             raise NotImplementedError("patched for bert-score's empty-sentence call only")
         return list(self.ids)
+
+
+def _pairwise_f1(scorer, cands: list[str], refs: list[str], batch_size: int) -> list[float]:
+    """bert-score's F1 (``bert_cos_score_idf`` + ``greedy_cos_idf``), one pair at a time."""
+    import torch
+    from bert_score.utils import sent_encode
+
+    tokenizer = scorer._tokenizer
+    if scorer.idf:
+        weights = scorer._idf_dict
+    else:
+        weights = defaultdict(lambda: 1.0)
+        weights[tokenizer.sep_token_id] = 0
+        weights[tokenizer.cls_token_id] = 0
+    ids = {s: sent_encode(tokenizer, s) for s in sorted(set(cands) | set(refs))}
+    embeddings = _embed(scorer._model, ids, batch_size, scorer.device)
+    baseline = float(scorer.baseline_vals[2]) if scorer.rescale_with_baseline else None
+    out = []
+    for cand, ref in zip(cands, refs):
+        sim = embeddings[cand] @ embeddings[ref].T
+        cand_w = torch.tensor([weights[t] for t in ids[cand]], dtype=torch.float64)
+        ref_w = torch.tensor([weights[t] for t in ids[ref]], dtype=torch.float64)
+        precision = (sim.max(dim=1).values * cand_w).sum() / cand_w.sum()
+        recall = (sim.max(dim=0).values * ref_w).sum() / ref_w.sum()
+        f1 = float(2 * precision * recall / (precision + recall))
+        f1 = 0.0 if math.isnan(f1) else f1  # an empty side: bert-score's 0
+        out.append(f1 if baseline is None else (f1 - baseline) / (1 - baseline))
+    return out
+
+
+def _embed(model, ids: dict[str, list[int]], batch_size: int, device) -> dict:
+    """Unit-length float64 embeddings per sentence, from batches of same-length sentences in text order.
+
+    Which sentences share a batch is a function of the set of sentences, not
+    of their order; without padding no sentence depends on a longer one.
+    """
+    import torch
+
+    by_length: dict[int, list[str]] = defaultdict(list)
+    for sentence, tokens in ids.items():
+        by_length[len(tokens)].append(sentence)
+    out = {}
+    model.eval()
+    with torch.no_grad():
+        for length in sorted(by_length):
+            group = sorted(by_length[length])
+            for start in range(0, len(group), batch_size):
+                chunk = group[start:start + batch_size]
+                x = torch.tensor([ids[s] for s in chunk], dtype=torch.long, device=device)
+                hidden = model(x, attention_mask=torch.ones_like(x))[0].double().cpu()
+                for sentence, h in zip(chunk, hidden):
+                    out[sentence] = h / h.norm(dim=-1, keepdim=True)
+    return out
 
 
 def _version(dist: str) -> str | None:

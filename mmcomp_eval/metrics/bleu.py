@@ -1,104 +1,84 @@
-"""BLEU as torchtext computes it, so scores compare with CompAct's tables.
+"""Corpus BLEU through sacrebleu, set up to give CompAct's torchtext numbers.
 
 CompAct reports ``torchtext.data.metrics.bleu_score(..., max_n=1,
-weights=[1.0])``. torchtext cannot be installed next to current torch, so
-its algorithm is reproduced here step for step:
+weights=[1.0])`` on whitespace tokens. torchtext cannot be installed next to
+current torch, so the score comes from sacrebleu::
 
-* n-gram counts per pair, clipped by the reference counts;
-* corpus-level sums of clipped counts, candidate n-gram counts, candidate
-  length ``c`` and reference length ``r``;
-* 0 as soon as any order has no clipped match at all (this is also what an
-  empty candidate gets), otherwise
-  ``exp(min(1 - r/c, 0)) * exp(sum_n w_n log p_n)`` with ``w_n = 1/max_n``.
+    BLEU(max_ngram_order=max_n, tokenize="none", lowercase=False,
+         smooth_method="none", effective_order=False)
 
-Text is split on whitespace and nothing else: no lower-casing, and CompAct's
-``pick_up`` stays one token, as in the paper's own evaluation.
+which computes the same quantity: n-gram counts per pair clipped by the
+reference counts, summed over the corpus; 0 as soon as an order has no
+clipped match (also what an empty candidate gets); otherwise the brevity
+penalty ``exp(min(1 - r/c, 0))`` from the corpus lengths times the geometric
+mean of the n-gram precisions with uniform weights. ``tests/test_metrics.py``
+pins the two to each other on random corpora for max_n 1-4. They differ
+only in float rounding (torchtext sums counts in float32: under 1e-5 on the
+0-100 scale) and in what the options below change.
 
-torchtext keeps its counts in float32 tensors; this module computes in
-float64, so the two differ by float32 rounding (under 1e-7 relative, e.g.
-33.333331 vs 33.333333 on the 0-100 scale), far below reported precision.
+Options (task file, ``metrics: [{name: bleu, options: {...}}]``):
+
+* ``max_n`` (default 1, the paper's): highest n-gram order, uniform weights.
+* ``tokenize`` (default ``none``: split on whitespace, so CompAct's
+  ``pick_up`` stays one token and punctuation stays attached, as in the
+  paper): any sacrebleu tokenizer, e.g. ``13a`` (sacrebleu's default for MT,
+  splits punctuation off) -- then the number is sacrebleu's, *not* torchtext's.
+* ``lowercase`` (default false: case-sensitive, as torchtext): fold case first.
+
+Per sample, each pair is scored alone (sentence BLEU without smoothing, so
+mostly 0 for max_n > 1); these do not average to the corpus score, which
+pools counts before dividing.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
+import importlib.metadata
 from collections.abc import Sequence
 
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.metric import Metric, MetricResult
-from mmcomp_eval.errors import UserError
+from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.metrics._common import check_lengths
 from mmcomp_eval.metrics.registry import METRICS, NO_RESOURCES, MetricResources
 
-
-def _ngrams(tokens: list[str], max_n: int) -> Counter:
-    return Counter(
-        tuple(tokens[i:i + n]) for n in range(1, max_n + 1) for i in range(len(tokens) - n + 1)
-    )
-
-
-class _Counts:
-    """The sufficient statistics of BLEU; corpus counts are sums of pair counts."""
-
-    def __init__(self, max_n: int):
-        self.clipped = [0] * max_n
-        self.total = [0] * max_n
-        self.cand_len = 0
-        self.ref_len = 0
-
-    def add(self, candidate: list[str], reference: list[str]) -> None:
-        max_n = len(self.clipped)
-        for ngram, count in (_ngrams(candidate, max_n) & _ngrams(reference, max_n)).items():
-            self.clipped[len(ngram) - 1] += count
-        for i in range(len(self.total)):
-            self.total[i] += max(len(candidate) - i, 0)
-        self.cand_len += len(candidate)
-        self.ref_len += len(reference)
-
-    def score(self) -> float:
-        if min(self.clipped) == 0:
-            return 0.0
-        weight = 1.0 / len(self.clipped)
-        log_precision = sum(weight * math.log(m / t) for m, t in zip(self.clipped, self.total))
-        brevity = math.exp(min(1 - self.ref_len / self.cand_len, 0))
-        return brevity * math.exp(log_precision)
-
-
-def bleu(candidates: Sequence[str], references: Sequence[str], max_n: int = 1) -> tuple[float, list[float]]:
-    """(corpus BLEU, per-pair BLEU), both on the 0-1 scale."""
-    corpus = _Counts(max_n)
-    per_pair = []
-    for cand, ref in zip(candidates, references, strict=True):
-        cand_tokens, ref_tokens = cand.split(), ref.split()
-        corpus.add(cand_tokens, ref_tokens)
-        pair = _Counts(max_n)
-        pair.add(cand_tokens, ref_tokens)
-        per_pair.append(pair.score())
-    return corpus.score(), per_pair
+#: tokenize/lowercase values under which the score is torchtext's bleu_score on str.split() tokens
+TORCHTEXT_SETTING = {"tokenize": "none", "lowercase": False}
 
 
 @METRICS.register("bleu")
 class Bleu(Metric):
-    """Corpus BLEU (unigram by default, as in CompAct); per sample, each pair alone.
-
-    The per-sample scores do not average to the corpus score: BLEU pools
-    counts over the corpus before dividing, which is what torchtext reports.
-    """
+    """Corpus BLEU (unigram by default, as in CompAct) by sacrebleu; per sample, each pair alone."""
 
     name = "bleu"
     decomposable = False
 
-    def __init__(self, resources: MetricResources = NO_RESOURCES, *, max_n: int = 1):
+    def __init__(self, resources: MetricResources = NO_RESOURCES, *, max_n: int = 1, tokenize: str = "none",
+                 lowercase: bool = False):
+        from sacrebleu.metrics import BLEU
+
         if isinstance(max_n, bool) or not isinstance(max_n, int) or max_n < 1:
             raise UserError(f"metric 'bleu': max_n must be a positive integer, got {max_n!r}")
-        self.max_n = max_n
+        tokenizers = list(BLEU.TOKENIZERS)
+        if not isinstance(tokenize, str) or tokenize not in tokenizers:
+            raise UserError(f"metric 'bleu': tokenize must be one of {', '.join(tokenizers)}, got {tokenize!r}"
+                            f"{did_you_mean(str(tokenize), tokenizers)}")
+        if not isinstance(lowercase, bool):
+            raise UserError(f"metric 'bleu': lowercase must be true or false, got {lowercase!r}")
+        self.max_n, self.tokenize, self.lowercase = max_n, tokenize, lowercase
+        try:
+            # force: CompAct's text legitimately ends in " ." (the context separator); no tokenisation warning
+            self._bleu = BLEU(max_ngram_order=max_n, tokenize=tokenize, lowercase=lowercase, smooth_method="none",
+                              effective_order=False, force=True)
+        except (ImportError, RuntimeError) as e:  # mecab/sentencepiece tokenizers need extra packages
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"metric 'bleu': tokenizer {tokenize!r} cannot be loaded: {first}") from None
 
     def compute(self, predictions: Sequence[str], references: Sequence[str],
                 docs: Sequence[Document] = ()) -> MetricResult:
-        check_lengths(self.name, predictions, references)
-        corpus, per_pair = bleu(predictions, references, self.max_n)
-        return MetricResult(self.name, 100 * corpus, tuple(100 * s for s in per_pair))
+        stats = self.corpus_stats(predictions, references, docs)
+        per_pair = tuple(self.from_stats(row) for row in stats)
+        corpus = self.from_stats([sum(col) for col in zip(*stats)]) if stats else 0.0
+        return MetricResult(self.name, corpus, per_pair)
 
     def corpus_stats(self, predictions: Sequence[str], references: Sequence[str],
                      docs: Sequence[Document] = ()) -> list[tuple[float, ...]]:
@@ -106,23 +86,30 @@ class Bleu(Metric):
         check_lengths(self.name, predictions, references)
         rows = []
         for cand, ref in zip(predictions, references):
-            c = _Counts(self.max_n)
-            c.add(cand.split(), ref.split())
-            rows.append((*c.clipped, *c.total, c.cand_len, c.ref_len))
+            s = self._bleu.corpus_score([str(cand)], [[str(ref)]])
+            rows.append((*s.counts, *s.totals, s.sys_len, s.ref_len))
         return rows
 
     def from_stats(self, totals: Sequence[float]) -> float:
-        c = _Counts(self.max_n)
+        from sacrebleu.metrics import BLEU
+
         n = self.max_n
-        c.clipped, c.total = list(totals[:n]), list(totals[n : 2 * n])
-        c.cand_len, c.ref_len = totals[2 * n], totals[2 * n + 1]
-        return 100 * c.score()
+        return BLEU.compute_bleu(
+            correct=[int(c) for c in totals[:n]], total=[int(t) for t in totals[n:2 * n]],
+            sys_len=int(totals[2 * n]), ref_len=int(totals[2 * n + 1]),
+            smooth_method="none", effective_order=False, max_ngram_order=n,
+        ).score
 
     def describe(self) -> dict:
+        torchtext = {"tokenize": self.tokenize, "lowercase": self.lowercase} == TORCHTEXT_SETTING
         return {
             "name": self.name,
             "max_n": self.max_n,
             "weights": "uniform",
-            "tokenisation": "whitespace",
-            "reference": "torchtext.data.metrics.bleu_score",
+            "tokenize": self.tokenize,
+            "lowercase": self.lowercase,
+            "smooth_method": "none",
+            "implementation": f"sacrebleu=={importlib.metadata.version('sacrebleu')} BLEU",
+            "equals": (f"torchtext.data.metrics.bleu_score(max_n={self.max_n}, uniform weights) on str.split() "
+                       "tokens" if torchtext else "sacrebleu BLEU only (not torchtext: tokenised or lower-cased)"),
         }

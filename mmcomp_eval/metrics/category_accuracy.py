@@ -4,36 +4,46 @@ CompAct counts "slice paneer" as right for "dice parmesan" because EK-100
 folds slice/dice into the verb class *cut* and paneer/parmesan into the noun
 class *cheese*. The targets' classes are read from the document
 (``trg_verb_class``, ``trg_noun_class``), not re-derived from the reference
-text, so a reference spelling the index cannot parse never turns into a
-silent miss.
+text, so a reference the map cannot read never turns into a silent miss.
 
-How a prediction is mapped:
+The prediction's classes come from :class:`~mmcomp_eval.data.category_map.CategoryMap`,
+learned from the EK-100 annotations (annotated narration -> its majority
+classes, then verb/noun phrases, then the class tables, then spaCy lemmas;
+see that module). Which tier decided how many predictions goes into
+``describe()``.
 
-* ``atom: action`` -- the prediction is parsed as a narration; right only if
-  both its verb class and its noun class are the target's.
+* ``atom: action`` -- right only if both the verb class and the noun class
+  are the target's.
 * ``atom: verb`` / ``noun`` -- the whole prediction is looked up as one
-  spelling first ("pick up", "chopping board"); if it is not one, it is parsed
-  as a narration and its verb (noun) is used, so "pick up the knife" still
-  answers a verb question with *take*.
+  phrase first ("pick up", "chopping board"); if it is not one, it is read as
+  a narration, so "pick up the knife" still answers a verb question with *take*.
 
-A prediction in which the needed atom cannot be recognised is wrong. How
-many there were is not a score, so it does not go into :class:`MetricResult`;
-the metric keeps the ids of those documents from its latest ``compute`` in
-``last_unparsed`` and ``describe()`` reports their number, so the results
-file can tell "the model named the wrong class" from "the model's output was
-not a verb/noun at all".
+A prediction equal to the reference after exact-match normalisation is
+always right (the *identity rule*): the map gives a handful of annotated
+texts a class other than the one this document has (a text annotated with
+two pairs), and CA must never be below exact match on a sample. How many
+samples only the identity rule made right is reported, so it is never hidden.
+
+A prediction whose needed atom cannot be mapped is wrong (unless the identity
+rule applies). How many there were is not a score, so it is not in
+:class:`MetricResult`; the ids of those documents from the latest
+``compute`` are kept in ``last_unmapped`` and their number is in
+``describe()``, so the results file can tell "the model named the wrong
+class" from "the model's output names no verb/noun the map knows".
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.metric import Metric, MetricResult
-from mmcomp_eval.data.vocab import CategoryIndex
+from mmcomp_eval.data.category_map import CategoryMap, Mapped
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.metrics._common import check_lengths, mean
 from mmcomp_eval.metrics.registry import METRICS, NO_RESOURCES, MetricResources
+from mmcomp_eval.textnorm import normalise
 
 ATOMS = ("action", "verb", "noun")
 TARGET_FIELDS = {"verb": ("trg_verb_class",), "noun": ("trg_noun_class",),
@@ -52,45 +62,55 @@ class CategoryAccuracy(Metric):
                 f"metric 'category_accuracy': atom must be one of {', '.join(ATOMS)}, "
                 f"got {atom!r}{did_you_mean(str(atom), ATOMS)}"
             )
-        if resources.category_index is None:
+        if resources.category_map is None:
             raise UserError(
-                "metric 'category_accuracy' needs the EK-100 class tables "
-                "(EPIC_100_verb_classes.csv, EPIC_100_noun_classes.csv); pass --ek100-dir"
+                "metric 'category_accuracy' needs the EK-100 annotations and class tables "
+                "(EPIC_100_train.csv, EPIC_100_validation.csv, EPIC_100_verb_classes.csv, "
+                "EPIC_100_noun_classes.csv); pass --ek100-dir"
             )
         self.atom = atom
-        self.index: CategoryIndex = resources.category_index
-        self.last_unparsed: tuple[str, ...] | None = None
-        self._last_count = 0
+        self.categories: CategoryMap = resources.category_map
+        self.last_unmapped: tuple[str, ...] | None = None
+        self._last: dict | None = None
 
     def compute(self, predictions: Sequence[str], references: Sequence[str],
                 docs: Sequence[Document]) -> MetricResult:
         check_lengths(self.name, predictions, references)
         check_lengths(self.name, predictions, docs)
         per_sample = []
-        unparsed = []
-        for prediction, doc in zip(predictions, docs):
-            predicted = self._classes(prediction)
-            if None in predicted:
-                unparsed.append(doc.id)
-            per_sample.append(100.0 if predicted == _targets(doc, self.atom) else 0.0)
-        self.last_unparsed = tuple(unparsed)
-        self._last_count = len(per_sample)
+        unmapped = []
+        decided_by: Counter = Counter()
+        identity_only = 0
+        for prediction, reference, doc in zip(predictions, references, docs):
+            mapped = self._map(str(prediction))
+            classes = self._classes(mapped)
+            right = classes == _targets(doc, self.atom)
+            if None in classes:
+                unmapped.append(doc.id)
+            decided_by[mapped.source or "unmapped"] += 1
+            if not right and normalise(str(prediction)) == normalise(str(reference)):
+                right = True
+                identity_only += 1
+            per_sample.append(100.0 if right else 0.0)
+        self.last_unmapped = tuple(unmapped)
+        self._last = {"scored": len(per_sample), "unmapped": len(unmapped),
+                      "right_by_identity_only": identity_only, "decided_by": dict(sorted(decided_by.items()))}
         return MetricResult(self.name, mean(per_sample), tuple(per_sample))
 
-    def _classes(self, prediction: str) -> tuple[int | None, ...]:
+    def _map(self, prediction: str) -> Mapped:
+        return getattr(self.categories, self.atom)(prediction)
+
+    def _classes(self, mapped: Mapped) -> tuple[int | None, ...]:
         if self.atom == "action":
-            return self.index.parse_narration(prediction)
-        if self.atom == "verb":
-            whole = self.index.verb_class(prediction)
-            return (whole if whole is not None else self.index.parse_narration(prediction)[0],)
-        whole = self.index.noun_class(prediction)
-        return (whole if whole is not None else self.index.parse_narration(prediction)[1],)
+            return mapped.verb, mapped.noun
+        return (mapped.verb,) if self.atom == "verb" else (mapped.noun,)
 
     def describe(self) -> dict:
-        info = {"name": self.name, "atom": self.atom, "classes": "EK-100"}
-        if self.last_unparsed is not None:
-            info["scored"] = self._last_count
-            info["unparsed"] = len(self.last_unparsed)
+        info = {"name": self.name, "atom": self.atom, "classes": "EK-100",
+                "identity_rule": "a prediction equal to the reference after exact-match normalisation is right",
+                "mapping": self.categories.describe()}
+        if self._last is not None:
+            info.update(self._last)
         return info
 
 

@@ -17,11 +17,9 @@ from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.metric import Metric, MetricResult
 from mmcomp_eval.metrics._common import check_lengths, mean
 from mmcomp_eval.metrics.registry import METRICS, NO_RESOURCES, MetricResources
+from mmcomp_eval.textnorm import normalise
 
-
-def normalise(text: str) -> str:
-    text = " ".join(text.replace("_", " ").lower().split())
-    return text.rstrip(".").rstrip()
+__all__ = ["ExactMatch", "normalise"]
 
 
 @METRICS.register("exact_match", aliases=("em",))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mmcomp_eval.api.metric import Metric
-from mmcomp_eval.data.vocab import CategoryIndex
+from mmcomp_eval.data.category_map import CategoryMap
 from mmcomp_eval.registry import Registry
 
 METRICS = Registry[type[Metric]]("metric")
@@ -20,11 +20,12 @@ METRICS = Registry[type[Metric]]("metric")
 class MetricResources:
     """Things a metric cannot build from its own options.
 
-    The EK-100 class tables are read once per run, not once per metric, and
-    whether the run may touch the network is a property of the run.
+    The EK-100 category map (annotations + class tables) is loaded once per
+    run, not once per metric, and whether the run may touch the network is a
+    property of the run.
     """
 
-    category_index: CategoryIndex | None = None
+    category_map: CategoryMap | None = None
     offline: bool = False
 
 

@@ -15,6 +15,7 @@ from mmcomp_eval.api.model import Model, ProgressCallback
 from mmcomp_eval.api.request import GenerationRequest
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models.registry import MODELS
+from mmcomp_eval.task_config import TaskConfig
 
 ANSWER_KINDS = ("verb", "noun", "narration")
 
@@ -35,12 +36,12 @@ class MostRecentHeuristic(Model):
     def generate(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None) -> list[str]:
         raise UserError("model 'mrh' reads CompAct documents, not prompts; use it with a compact_* task")
 
-    def predict_from_documents(self, docs: Sequence[Document], target: str) -> list[str]:
+    def predict_from_documents(self, docs: Sequence[Document], task: TaskConfig) -> list[str]:
         for d in docs:
             if not all(isinstance(d.fields.get(k), list) and len(d.fields[k]) >= 2 for k in ("verbs", "nouns")):
                 raise UserError(f"model 'mrh': document {d.id} has no 'verbs'/'nouns' lists of context + target; "
                                 "MRH needs CompAct documents")
-        return [mrh_prediction(d.fields, target) for d in docs]
+        return [mrh_prediction(d.fields, task.answer_kind) for d in docs]
 
 
 def mrh_atom_scores(rows: Sequence[dict]) -> dict[str, float]:
