@@ -56,7 +56,8 @@ def runs(tmp_path_factory):
     for label, every, extra in (("good", 5, {}), ("bad", 1, {}), ("good_again", 5, {}),
                                 ("short", 5, {"limit": 15}), ("more_shots", 5, {"shots": 3})):
         opts = RunOptions(seeds=(0, 1), include_paths=(tasks,), progress=False, **extra)
-        run(index.resolve(["echo_task"]), Guesser(every), {"name": label}, opts, index, ResultWriter(d / label))
+        with ResultWriter(d / label) as writer:  # the block's end publishes results.json + samples.jsonl
+            run(index.resolve(["echo_task"]), Guesser(every), {"name": label}, opts, index, writer)
         out[label] = d / label
     return out
 
