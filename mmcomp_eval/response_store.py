@@ -122,18 +122,24 @@ class ResponseStore:
             except sqlite3.OperationalError as exc:
                 # Several processes creating the store at once: switching to WAL
                 # needs a moment alone with the file and does not wait for it.
-                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
-                    raise self._problem(exc) from None
                 if self._db is not None:
                     self._db.close()
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise self._problem(exc) from None
                 time.sleep(0.05)
             except sqlite3.DatabaseError as exc:
+                if self._db is not None:
+                    self._db.close()
                 raise self._problem(exc) from None
-        if found != str(SCHEMA_VERSION):
-            raise UserError(f"response store {self.path} has schema {found}, this mmcomp-eval writes "
-                            f"{SCHEMA_VERSION}; pick another --cache-dir")
-        if check:
-            self._check(before)
+        try:
+            if found != str(SCHEMA_VERSION):
+                raise UserError(f"response store {self.path} has schema {found}, this mmcomp-eval writes "
+                                f"{SCHEMA_VERSION}; pick another --cache-dir")
+            if check:
+                self._check(before)
+        except UserError:
+            self._db.close()
+            raise
 
     def _open(self) -> str:
         """Connect, make sure of WAL mode and the schema; the stored schema version."""
