@@ -117,6 +117,8 @@ class ResultWriter:
         except UserError:
             self.close()
             raise
+        for stale in self.directory.glob(".results*.tmp"):  # of a run killed while writing; ours now we hold the lock
+            stale.unlink(missing_ok=True)
 
     def __enter__(self) -> ResultWriter:
         return self

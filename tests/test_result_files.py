@@ -87,6 +87,7 @@ def test_run_dying_on_its_third_task_keeps_the_previous_pair_and_shows_its_progr
     rc, table, err = run_cli(capsys, "compare", str(out / "results.partial.json"))
     assert rc == 0 and "| echo_b | exact_match | 100.00" in table and "echo_c" not in table
 
+    (out / ".results.json.k1ll3d.tmp").write_text("{")  # left by a run killed while writing results.json
     evaluate(tasks, out, Echo())
     assert sorted(p.name for p in out.iterdir()) == ["results.json", "samples.jsonl"]
     results = json.loads((out / "results.json").read_text())
