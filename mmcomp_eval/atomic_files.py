@@ -96,11 +96,6 @@ def write_text(target: Path, text: str, durable: bool = True) -> None:
         f.write(text)
 
 
-def write_bytes(target: Path, data: bytes, durable: bool = True) -> None:
-    with replacing(target, "wb", durable) as f:
-        f.write(data)
-
-
 @contextmanager
 def replacing_folder(target: Path) -> Iterator[Path]:
     """A fresh folder whose content replaces the folder ``target`` when the block ends without an exception.

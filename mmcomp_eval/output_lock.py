@@ -6,8 +6,9 @@ interleaved. Each run therefore takes an exclusive ``flock`` on
 refused with the first one's pid and command. ``flock`` belongs to the open
 file, so the kernel drops it when its holder dies, SIGKILL included: a lock
 never outlives its run and never needs clearing by hand. (It does not work
-across machines on some network file systems, where a lock may be refused
-outright; that is reported too.)
+across machines on some network file systems; where the file system refuses
+locks outright the run goes on with a warning, unprotected against a
+second run, though the result files are still replaced whole.)
 
 ``--num-processes N`` takes the lock in the launcher and hands the open file
 to its process 0 (the only one that writes results), so the lock is held as
@@ -22,6 +23,7 @@ import datetime as dt
 import errno
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mmcomp_eval.errors import UserError
+
+log = logging.getLogger(__name__)
 
 LOCK_FILE = ".mmcomp-eval.lock"
 #: how a launcher tells its process 0 which open file holds the lock
@@ -43,7 +47,8 @@ class OutputLock:
     owner: bool = True
 
     @classmethod
-    def acquire(cls, folder: Path) -> OutputLock:
+    def acquire(cls, folder: Path) -> OutputLock | None:
+        """The lock on ``folder``; None where its file system has no locks (with a warning)."""
         path = Path(folder) / LOCK_FILE
         inherited = _inherited(path)
         if inherited is not None:
@@ -62,8 +67,10 @@ class OutputLock:
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                     raise UserError(f"--output-path {folder} is in use by another mmcomp-eval run ({holder}); "
                                     "wait for it to finish or pick another --output-path") from None
-                raise UserError(f"--output-path {folder}: cannot lock {path.name} ({exc.strerror}); "
-                                "use a folder on a local disk") from None
+                path.unlink(missing_ok=True)
+                log.warning("--output-path %s: cannot lock it (%s); a second run writing there at the same time "
+                            "would not be noticed", folder, exc.strerror)
+                return None
             if _same_file(path, fd):
                 break
             os.close(fd)  # the previous holder removed it after we opened it: lock the new one
