@@ -130,6 +130,8 @@ def pair_state(out: Path, previous: tuple[bytes, bytes]) -> str:
     if now == previous:
         return "intact"
     recorded = json.loads(now[0]).get("samples_sha256")
+    if recorded is None:  # written before samples_sha256 existed: only a byte comparison can tell
+        return "replaced, no samples_sha256 to check"
     return "replaced whole" if recorded == hashlib.sha256(now[1]).hexdigest() else "BROKEN (split pair)"
 
 
