@@ -129,6 +129,8 @@ def pair_state(out: Path, previous: tuple[bytes, bytes]) -> str:
         return "MISSING"
     if now == previous:
         return "intact"
+    if (now[0] == previous[0]) != (now[1] == previous[1]):
+        return f"BROKEN: only {'samples.jsonl' if now[0] == previous[0] else 'results.json'} replaced"
     recorded = json.loads(now[0]).get("samples_sha256")
     if recorded is None:  # written before samples_sha256 existed: only a byte comparison can tell
         return "replaced, no samples_sha256 to check"
