@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from mmcomp_eval import atomic_files
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.results import PARTIAL_RESULTS_FILE, RESULTS_FILE
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +33,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UserError(f"--resamples {args.resamples}: use at least 100")
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     runs = compare.load_runs(args.results, labels)
+    for run in runs:
+        if run.results_file.name == RESULTS_FILE and (run.folder / PARTIAL_RESULTS_FILE).exists():
+            print(f"mmcomp-eval: note: {run.folder} also holds the progress of a run that is going or did not "
+                  f"finish ({PARTIAL_RESULTS_FILE}); comparing the last complete run there ({RESULTS_FILE}, "
+                  f"created {run.results.get('created', '?')})", file=sys.stderr)
     parts = [compare.side_by_side(runs, args.format)]
     gaps = compare.gap_table(runs, args.format)
     if gaps:
@@ -41,8 +49,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         parts.append(compare.significance_table(tests, args.format))
     text = "\n".join(parts)
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, encoding="utf-8")
+        try:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            atomic_files.write_text(args.output, text)
+        except OSError as exc:
+            raise UserError(f"--output {args.output}: cannot write it ({exc.strerror})") from None
     else:
         print(text, end="")
     if args.plot_dir:

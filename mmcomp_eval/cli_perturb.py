@@ -18,6 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
+from mmcomp_eval import atomic_files
 from mmcomp_eval.data.captions import load_caption_dataset
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.perturb.kinds import KINDS, UNCHANGED_WHEN
@@ -63,13 +64,13 @@ def run_perturb(args: argparse.Namespace) -> int:
     for kind in kinds:
         result = run[kind]
         path = out / f"{ds.name}_{ds.split}_{kind}.jsonl"
-        with path.open("w", encoding="utf-8") as f:
+        with atomic_files.replacing(path) as f:
             for cid, text, orig, j in zip(ds.caption_ids, result.captions, ds.captions, ds.caption_video):
                 f.write(json.dumps({"caption_id": cid, "video_id": ds.videos[j], "caption": text,
                                     "original": orig}, ensure_ascii=False) + "\n")
         summary["perturbations"][kind] = {"file": path.name, "unchanged": result.n_unchanged,
                                           "empty": len(result.empty)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    atomic_files.write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     print(format_summary(summary, out))
     return 0
 

@@ -109,22 +109,35 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError("--tasks is empty; see `mmcomp-eval ls tasks`")
     tasks = index.resolve(names)
     model_args = _model_args(args, opts.data.offline)
-    model = create_model(args.model, model_args)
-    info = {"name": args.model, "args": model_args, "fingerprint": model.fingerprint()}
-    if not args.no_cache:
-        from mmcomp_eval.caching_model import CachingModel, cache_identity
-        from mmcomp_eval.paths import cache_dir
-        from mmcomp_eval.response_store import ResponseStore
+    # The output folder and the response store are claimed before the model loads: a read-only folder, a
+    # second run on the same --output-path or a damaged store then costs seconds, not a model load and all
+    # the inference before the first write.
+    with ResultWriter(args.output_path if proc.is_main else None) as writer:
+        store = None if args.no_cache else _open_store(args, check=proc.is_main)
+        try:
+            model = create_model(args.model, model_args)
+            info = {"name": args.model, "args": model_args, "fingerprint": model.fingerprint()}
+            if store is not None:
+                from mmcomp_eval.caching_model import CachingModel, cache_identity
 
-        store = ResponseStore(args.cache_dir or cache_dir() / "responses")
-        model = CachingModel(model, store, cache_identity(model, model_args))
-    record = run(tasks, model, info, opts, index, ResultWriter(args.output_path if proc.is_main else None))
+                model = CachingModel(model, store, cache_identity(model, model_args))
+            record = run(tasks, model, info, opts, index, writer)
+        finally:
+            if store is not None:
+                store.close()
     if record is None:  # a data-parallel helper: process 0 reports
         return 0
     print(markdown_table(record.as_dict()))
     if args.output_path:
         print(f"\nresults: {args.output_path / 'results.json'}  samples: {args.output_path / 'samples.jsonl'}")
     return 0
+
+
+def _open_store(args, check: bool):
+    from mmcomp_eval.paths import cache_dir
+    from mmcomp_eval.response_store import ResponseStore
+
+    return ResponseStore(args.cache_dir or cache_dir() / "responses", check=check)
 
 
 def _model_args(args, offline: bool) -> dict:
@@ -165,7 +178,12 @@ def _launch(args) -> int:
             skip = True
         elif not a.startswith("--num-processes="):
             argv.append(a)
-    return parallel.launch(argv, args.num_processes)
+    from mmcomp_eval.results import ResultWriter
+
+    # Checked once here, not by N processes each loading a model first; the lock is handed to process 0.
+    with ResultWriter(args.output_path) as writer:
+        _open_store(args, check=True).close()
+        return parallel.launch(argv, args.num_processes, writer.lock)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

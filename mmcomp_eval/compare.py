@@ -21,11 +21,10 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmcomp_eval import bootstrap
+from mmcomp_eval import atomic_files, bootstrap, run_files
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.report import format_interval
@@ -39,42 +38,31 @@ class Run:
     folder: Path
     results: dict
     _samples: dict | None = field(default=None, repr=False)
+    #: the results file read: results.json, or results.partial.json of an unfinished run
+    results_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.results_file = self.results_file or self.folder / "results.json"
 
     @property
     def tasks(self) -> dict:
         return self.results.get("tasks", {})
 
+    @property
+    def samples_file(self) -> Path:
+        return run_files.samples_path(self.results_file)
+
     def samples(self) -> dict[tuple[str, int], dict[str, dict]]:
-        """(task, seed) -> doc id -> samples.jsonl row, read on first use."""
+        """(task, seed) -> doc id -> samples row, read (and checked against results.json) on first use."""
         if self._samples is None:
-            path = self.folder / "samples.jsonl"
-            if not path.is_file():
-                raise UserError(f"{path}: not found; significance tests need each run's samples.jsonl")
-            out: dict = {}
-            with path.open(encoding="utf-8") as f:
-                for n, line in enumerate(f, 1):
-                    if line.strip():
-                        try:
-                            row = json.loads(line)
-                        except json.JSONDecodeError as exc:
-                            raise UserError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-                        out.setdefault((row["task"], row["seed"]), {})[row["doc_id"]] = row
-            self._samples = out
+            self._samples = run_files.read_samples(self.samples_file, self.results.get("samples_sha256"),
+                                                   self.results_file)
         return self._samples
 
 
 def load_run(path: Path, label: str | None = None) -> Run:
-    path = Path(path)
-    results = path / "results.json" if path.is_dir() else path
-    try:
-        data = json.loads(results.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{results}: not found; give a run's --output-path folder or its results.json") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{results}: not valid JSON ({exc.msg})") from None
-    if not isinstance(data, dict) or "tasks" not in data:
-        raise UserError(f"{results}: not an mmcomp-eval results.json (no 'tasks')")
-    return Run(label or results.parent.name, results.parent, data)
+    results = run_files.results_path(path)
+    return Run(label or results.parent.name, results.parent, run_files.read_results(results), results_file=results)
 
 
 def load_runs(paths: list[Path], labels: list[str] | None = None) -> list[Run]:
@@ -273,8 +261,10 @@ def _task_arrays(run: Run, task: str, metric: str, doc_ids: list[str]):
     for seed, value in zip(t["seeds"], t["metrics"][metric]["per_seed"]):
         rows = samples.get((task, seed))
         if rows is None or any(d not in rows for d in doc_ids):
-            raise UserError(f"{run.folder / 'samples.jsonl'}: task {task} seed {seed} lacks some documents; "
+            raise UserError(f"{run.samples_file}: task {task} seed {seed} lacks some documents; "
                             "was the run interrupted?")
+        if any(metric not in rows[d]["scores"] for d in doc_ids):
+            raise UserError(f"{run.samples_file}: task {task} seed {seed}: some rows have no '{metric}' score")
         per_sample.append([rows[d]["scores"][metric] for d in doc_ids])
         preds.append([rows[d]["prediction"] for d in doc_ids])
         refs = refs or [rows[d]["target"] for d in doc_ids]
@@ -365,7 +355,8 @@ def plot(runs: list[Run], folder: Path) -> list[Path]:
         ax.legend(fontsize="small")
         fig.tight_layout()
         path = folder / f"{_file_name(metric)}.png"
-        fig.savefig(path, dpi=120, metadata={"Software": None})
+        with atomic_files.replacing(path, "wb") as f:
+            fig.savefig(f, format="png", dpi=120, metadata={"Software": None})
         plt.close(fig)
         written.append(path)
     return written

@@ -227,8 +227,15 @@ def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOp
     return record
 
 
+#: run options that change how a run looks, not what it computes: left out of results.json so that two
+#: runs that computed the same things write the same record
+_PRESENTATION_OPTIONS = ("progress",)
+
+
 def _run_config(opts: RunOptions) -> dict:
     d = asdict(opts)
+    for name in _PRESENTATION_OPTIONS:
+        d.pop(name, None)
     d["include_paths"] = [str(p) for p in opts.include_paths]
     d["data"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in d["data"].items()}
     return d

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.output_lock import OutputLock
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,12 @@ def answer_shard(model, work: Sequence[tuple[str, list, dict]], info: ProcessInf
         time.sleep(poll_s)
 
 
-def launch(argv: Sequence[str], n: int) -> int:
+def launch(argv: Sequence[str], n: int, output_lock: OutputLock | None = None) -> int:
     """Run ``mmcomp-eval argv`` as ``n`` processes on this machine; rank 0's exit code.
 
     If any process fails, the others are stopped and its exit code returned.
+    ``output_lock``: the launcher's lock on ``--output-path``, handed to
+    process 0, the one that writes the results.
     """
     if n < 1:
         raise UserError(f"--num-processes {n}: expected at least 1")
@@ -101,7 +104,11 @@ def launch(argv: Sequence[str], n: int) -> int:
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
                "LOCAL_WORLD_SIZE": str(n)}
         env.setdefault("OMP_NUM_THREADS", str(max(1, cpus // n)))  # n processes must not each take every core
-        procs.append(subprocess.Popen([sys.executable, "-m", "mmcomp_eval", *argv], env=env))
+        fds: tuple[int, ...] = ()
+        if rank == 0 and output_lock is not None:
+            env.update(output_lock.child_env())
+            fds = (output_lock.fd,)
+        procs.append(subprocess.Popen([sys.executable, "-m", "mmcomp_eval", *argv], env=env, pass_fds=fds))
     try:
         while True:
             codes = [p.poll() for p in procs]

@@ -1,8 +1,14 @@
-"""Result files: ``results.json`` (one per run) and ``samples.jsonl``.
+"""Result files: ``results.json`` and ``samples.jsonl``, always a complete pair.
 
-Both are written as the run goes: samples are appended as soon as a task's
-seed is scored, and ``results.json`` is rewritten (atomically) after every
-task, so a run that dies on its third task keeps the first two.
+A run never writes into them while it goes: its progress is visible in
+``results.partial.json`` (rewritten atomically after every task) and
+``samples.partial.jsonl`` (appended as each task's seed is scored). Only a
+run that completes renames them over ``results.json`` and ``samples.jsonl``,
+so a run that fails, is killed or meets a full disk leaves the previous
+complete pair as it was, and ``compare`` never sees the results of one run
+next to the samples of another. ``results.json`` records the SHA-256 of its
+``samples.jsonl`` (``samples_sha256``) so that a pair split anyway (SIGKILL
+between the two renames, files copied by hand) is refused, not misread.
 The schema is documented in ``docs/results.md``; bump ``SCHEMA_VERSION``
 when a field changes meaning.
 """
@@ -10,23 +16,30 @@ when a field changes meaning.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
 import json
 import os
 import platform
 import subprocess
 import sys
-import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mmcomp_eval import __version__
+from mmcomp_eval import __version__, atomic_files
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.output_lock import OutputLock
 from mmcomp_eval.paths import REPO_ROOT
 
 SCHEMA_VERSION = 1
+RESULTS_FILE = "results.json"
+SAMPLES_FILE = "samples.jsonl"
+PARTIAL_RESULTS_FILE = "results.partial.json"
+PARTIAL_SAMPLES_FILE = "samples.partial.jsonl"
 VERSIONED_PACKAGES = ("torch", "transformers", "numpy", "bert-score", "accelerate", "gguf", "jinja2", "spacy")
 
 
@@ -83,35 +96,122 @@ class RunRecord:
 
 
 class ResultWriter:
-    """Writes into ``--output-path``; a no-op when none was given."""
+    """Writes a run into ``--output-path`` (a no-op when none was given); see the module docstring.
+
+    Created before the model loads: it makes the folder, proves it writable
+    and locks it against a second run (:class:`OutputLock`). Use it as a
+    context manager: a block that ends normally publishes the run
+    (:meth:`finish`); either way the lock is released, and a folder this
+    writer created and left empty is removed.
+    """
 
     def __init__(self, directory: Path | None):
         self.directory = Path(directory) if directory else None
-        # The previous run's samples.jsonl is replaced at the first append, not
-        # here: a run that fails its checks must leave the old files as they were.
-        self._started = False
-        if self.directory is not None:
-            try:
-                self.directory.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise UserError(f"--output-path {self.directory}: cannot create the folder ({exc.strerror}); "
-                                "name a folder that can be created") from None
+        self.lock: OutputLock | None = None
+        self._created: list[Path] = []  # folders made here, innermost first
+        self._record: dict | None = None
+        self._samples_started = False
+        self._samples_sha256 = hashlib.sha256()
+        if self.directory is None:
+            return
+        self._created = _make_folders(self.directory)
+        try:
+            self.lock = OutputLock.acquire(self.directory)
+        except UserError:
+            self.close()
+            raise
+        for stale in self.directory.glob(".results*.tmp"):  # of a run killed while writing; ours now we hold the lock
+            stale.unlink(missing_ok=True)
+
+    def __enter__(self) -> ResultWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self.finish()
+        finally:
+            self.close()
 
     def append_samples(self, rows: list[dict]) -> None:
         if self.directory is None:
             return
-        mode = "a" if self._started else "w"
-        self._started = True
-        with (self.directory / "samples.jsonl").open(mode, encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+        data = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows).encode()
+        with self._writing(PARTIAL_SAMPLES_FILE):
+            if not self._samples_started:  # progress of an older, unfinished run is superseded
+                (self.directory / PARTIAL_RESULTS_FILE).unlink(missing_ok=True)
+            with (self.directory / PARTIAL_SAMPLES_FILE).open("ab" if self._samples_started else "wb") as f:
+                f.write(data)
+        self._samples_started = True
+        self._samples_sha256.update(data)
 
     def write_results(self, record: RunRecord) -> None:
+        """Record the run so far in results.partial.json; :meth:`finish` publishes the last one."""
         if self.directory is None:
             return
-        target = self.directory / "results.json"
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".results-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(record.as_dict(), f, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-            f.write("\n")
-        os.replace(tmp, target)
+        self._record = record.as_dict()
+        with self._writing(PARTIAL_RESULTS_FILE):
+            atomic_files.write_text(self.directory / PARTIAL_RESULTS_FILE, _json(self._record), durable=False)
+
+    def finish(self) -> None:
+        """Replace results.json and samples.jsonl by this run's, as one step as far as signals go."""
+        if self.directory is None or self._record is None:
+            return
+        samples = self.directory / PARTIAL_SAMPLES_FILE
+        with self._writing(RESULTS_FILE):
+            if not self._samples_started:
+                samples.write_bytes(b"")
+            atomic_files.fsync_file(samples)
+            staged = atomic_files.stage_text(self.directory / RESULTS_FILE,
+                                             _json({**self._record, "samples_sha256": self._samples_sha256.hexdigest()}))
+        # samples first: results.json is the record that says which samples belong to it
+        atomic_files.rename_together([(samples, self.directory / SAMPLES_FILE),
+                                      (staged, self.directory / RESULTS_FILE)])
+        (self.directory / PARTIAL_RESULTS_FILE).unlink(missing_ok=True)
+        self._record = None
+
+    def close(self) -> None:
+        """Release the lock; remove the folders this writer created if nothing was written into them."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+        for folder in self._created:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: keep it and its parents
+                break
+        self._created = []
+
+    @contextmanager
+    def _writing(self, name: str) -> Iterator[None]:
+        """Turn a failed write into one line; the previous complete pair is untouched, this run's progress dropped."""
+        try:
+            yield
+        except OSError as exc:
+            for partial in (PARTIAL_SAMPLES_FILE, PARTIAL_RESULTS_FILE):
+                (self.directory / partial).unlink(missing_ok=True)  # half written; and it frees space
+            fix = ("free space" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else
+                   "raise the file size limit (ulimit -f)" if exc.errno == errno.EFBIG else "fix the folder")
+            raise UserError(f"--output-path {self.directory}: cannot write {name} ({exc.strerror}); {fix} and rerun "
+                            f"(the previous {RESULTS_FILE} and {SAMPLES_FILE} there are untouched)") from None
+
+
+def _json(data: dict) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+
+
+def _make_folders(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents; those it created, innermost first."""
+    missing = []
+    p = directory.absolute()
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"--output-path {directory}: exists and is not a folder; name a folder") from None
+    except OSError as exc:
+        raise UserError(f"--output-path {directory}: cannot create the folder ({exc.strerror}); "
+                        "name a folder that can be created") from None
+    return missing

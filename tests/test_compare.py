@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -56,7 +57,8 @@ def runs(tmp_path_factory):
     for label, every, extra in (("good", 5, {}), ("bad", 1, {}), ("good_again", 5, {}),
                                 ("short", 5, {"limit": 15}), ("more_shots", 5, {"shots": 3})):
         opts = RunOptions(seeds=(0, 1), include_paths=(tasks,), progress=False, **extra)
-        run(index.resolve(["echo_task"]), Guesser(every), {"name": label}, opts, index, ResultWriter(d / label))
+        with ResultWriter(d / label) as writer:  # the block's end publishes results.json + samples.jsonl
+            run(index.resolve(["echo_task"]), Guesser(every), {"name": label}, opts, index, writer)
         out[label] = d / label
     return out
 
@@ -137,3 +139,61 @@ def test_allow_different_prompts_still_needs_same_documents(runs):
     good, short = load_runs([runs["good"], runs["short"]])
     with pytest.raises(UserError, match="different documents"):
         paired_tests([good, short], resamples=200, allow_different_prompts=True)
+
+
+def _edit_results(data: dict, path: str, value) -> None:
+    *keys, last = path.split(".")
+    for k in keys:
+        data = data[k]
+    if value is _DELETE:
+        del data[last]
+    else:
+        data[last] = value
+
+
+_DELETE = object()
+_METRIC = "tasks.echo_task.metrics.bleu"
+
+
+@pytest.mark.parametrize("damage, fragment", [
+    (b'{"tasks": {"\xff": 1}}', "results.json: not UTF-8 text (byte 0xff at offset 12)"),
+    (b'{"tasks": {', "results.json: not valid JSON (Expecting property name enclosed in double quotes at line 1 "
+                     "column 12)"),
+    (("tasks", []), "results.json: field tasks: expected an object of tasks, got list []"),
+    ((f"{_METRIC}.mean", _DELETE), f"results.json: field {_METRIC}.mean: expected a number, got nothing"),
+    ((f"{_METRIC}.mean", "80"), f"results.json: field {_METRIC}.mean: expected a number, got str \"80\""),
+    ((f"{_METRIC}.per_seed", [1.0]), f"results.json: field {_METRIC}.per_seed: expected a list of 2 numbers, one per seed"),
+    (("tasks.echo_task.seeds", _DELETE), "results.json: field tasks.echo_task.seeds: expected a non-empty list of integers"),
+])
+def test_malformed_results_json_is_one_line_naming_file_and_field(runs, tmp_path, capsys, damage, fragment):
+    broken = tmp_path / "broken"
+    shutil.copytree(runs["good"], broken)
+    if isinstance(damage, bytes):
+        (broken / "results.json").write_bytes(damage)
+    else:
+        data = json.loads((broken / "results.json").read_text())
+        _edit_results(data, *damage)
+        (broken / "results.json").write_text(json.dumps(data))
+    rc = main(["compare", str(runs["good"]), str(broken), "--resamples", "200"])
+    _, err = capsys.readouterr()
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{broken / fragment.split(':')[0]}:" in err and fragment.split(":", 1)[1] in err
+
+
+@pytest.mark.parametrize("line, fragment", [
+    (b'{"task": "echo_task", "seed": 0, "doc_id": "w0", "prediction": "\xfe"}',
+     "samples.jsonl:1: not UTF-8 text (byte 0xfe at offset 64)"),
+    (b'{"seed": 0, "doc_id": "w0"}', "samples.jsonl:1: field task: expected a string, got nothing"),
+    (b'[1, 2]', "samples.jsonl:1: expected a JSON object per line, got list"),
+])
+def test_malformed_samples_are_one_line_naming_file_line_and_field(runs, tmp_path, capsys, line, fragment):
+    broken = tmp_path / "broken"
+    shutil.copytree(runs["good"], broken)
+    data = json.loads((broken / "results.json").read_text())
+    del data["samples_sha256"]  # as written before samples_sha256 existed: rows are checked one by one
+    (broken / "results.json").write_text(json.dumps(data))
+    (broken / "samples.jsonl").write_bytes(line + b"\n" + (runs["good"] / "samples.jsonl").read_bytes())
+    rc = main(["compare", str(runs["good"]), str(broken), "--resamples", "200"])
+    _, err = capsys.readouterr()
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and f"{broken / 'samples.jsonl'}:1:" in err
+    assert fragment.split(":", 2)[2] in err

@@ -90,8 +90,8 @@ def twin_runs(tmp_path_factory):
     out = {}
     for label, model in (("guesser", Guesser()), ("perfect", Guesser(frozenset()))):
         opts = RunOptions(seeds=(0, 1), include_paths=(tasks,), progress=False)
-        record = run(index.resolve(["words", "words_random"]), model, {"name": label}, opts, index,
-                     ResultWriter(root / label))
+        with ResultWriter(root / label) as writer:
+            record = run(index.resolve(["words", "words_random"]), model, {"name": label}, opts, index, writer)
         out[label] = (root / label, record)
     return out
 
@@ -183,7 +183,8 @@ def test_gap_needs_both_twins_in_the_run(tmp_path):
     tasks = write_twins(tmp_path / "tasks")
     index = TaskIndex.build((tasks,))
     opts = RunOptions(include_paths=(tasks,), progress=False)
-    record = run(index.resolve(["words_random"]), Guesser(), {"name": "g"}, opts, index, ResultWriter(tmp_path / "o"))
+    with ResultWriter(tmp_path / "o") as writer:
+        record = run(index.resolve(["words_random"]), Guesser(), {"name": "g"}, opts, index, writer)
     assert record.gaps == [] and _results(tmp_path / "o")["gaps"] == []
     assert "Compositional gap" not in markdown_table(record.as_dict())
 

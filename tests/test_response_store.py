@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 from collections.abc import Sequence
 
@@ -12,8 +13,10 @@ import pytest
 from mmcomp_eval.api.model import Model
 from mmcomp_eval.api.request import ChatMessage, GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.caching_model import CachingModel, cache_identity
-from mmcomp_eval.response_store import ResponseStore, model_key, request_key
+from mmcomp_eval.errors import UserError
+from mmcomp_eval.response_store import CHECKED_FILE, ResponseStore, model_key, request_key
 
+from disk_faults import fill, small_disk
 from user_task import USER_TASK, WORDS, make_user_tasks, run_cli
 
 
@@ -199,3 +202,70 @@ def test_failed_scoring_is_redone_from_the_store(user_tasks, tiny_llama_dir, tin
     assert res_d["cache"] == {"enabled": False}
     assert res_d["tasks"] == res_c["tasks"]
     assert (tmp_path / "c" / "samples.jsonl").read_bytes() == (tmp_path / "d" / "samples.jsonl").read_bytes()
+
+
+def _store_with_answers(folder, n: int = 3000) -> bytes:
+    """A store holding ``n`` answers, closed as a run closes it; its bytes."""
+    store = ResponseStore(folder)
+    for i in range(n):
+        store.put("m", f"{i:064x}", "generate", f"answer {i}")
+    store.close()
+    return (folder / "responses.sqlite").read_bytes()
+
+
+def _damage(path, page: int = 40, keep_mtime: bool = False) -> None:
+    st = os.stat(path)
+    with open(path, "r+b") as f:  # what a bad sector or a hostile byte flip does to a data page
+        f.seek(4096 * page + 100)
+        f.write(bytes(range(256)) * 8)
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_damaged_store_is_one_line_on_opening_and_left_as_it_was(tmp_path, capsys):
+    _store_with_answers(tmp_path / "s")
+    path = tmp_path / "s" / "responses.sqlite"
+    assert (tmp_path / "s" / CHECKED_FILE).is_file()  # the clean close vouched for the file
+    _damage(path)
+    damaged = path.read_bytes()
+    with pytest.raises(UserError) as err:
+        ResponseStore(tmp_path / "s")
+    assert f"response store {path} is damaged (quick_check: On tree page 41" in str(err.value)
+    assert f"move it away (mv {path} {path}.damaged) and rerun with a fresh store" in str(err.value)
+    assert path.read_bytes() == damaged  # nothing stored was touched
+    # through the command line: one line, before the model loads
+    tasks = make_user_tasks(tmp_path)
+    rc, _, err = run_cli(capsys, "--model", "hf", "--model-args", f"pretrained={tmp_path / 'no_model'}",
+                         "--tasks", "echo_task", "--include-path", str(tasks), "--cache-dir", str(tmp_path / "s"),
+                         "--no-progress")
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "is damaged" in err and "no_model" not in err
+
+
+def test_damage_the_opening_check_skipped_is_one_line_when_read(tmp_path):
+    _store_with_answers(tmp_path / "s")
+    _damage(tmp_path / "s" / "responses.sqlite", keep_mtime=True)  # same inode, size and mtime as vouched for
+    store = ResponseStore(tmp_path / "s")  # the cheap rule: an unchanged file is not read through again
+    with pytest.raises(UserError) as err:
+        store.get_many("m", [f"{i:064x}" for i in range(3000)])
+    assert "is damaged (database disk image is malformed); move it away" in str(err.value)
+    store.close()
+    assert not (tmp_path / "s" / CHECKED_FILE).exists()  # so the next open checks it through
+
+
+def test_full_disk_mid_run_is_one_line_and_stored_answers_survive(tmp_path):
+    reqs = [GenerationRequest(f"d{i}", f"word: w{i} =>", GenerationSettings()) for i in range(300)]
+    expected = WordModel().generate(reqs)
+    with small_disk(tmp_path / "disk", 4096) as disk:
+        store = ResponseStore(disk / "store")
+        filler = fill(disk, 160 * 1024)
+        with pytest.raises(UserError) as err:
+            CachingModel(WordModel(), store, {"name": "word"}).generate(reqs)
+        assert f"response store {store.path}: the disk is full (database or disk is full); free space on " \
+               f"{disk / 'store'} and rerun: the answers stored so far are kept" in str(err.value)
+        stored = store.count()
+        store.close()
+        assert 0 < stored < len(reqs)
+        filler.unlink()  # space freed: the rerun asks only what was not stored
+        resumed = WordModel()
+        assert CachingModel(resumed, ResponseStore(disk / "store"), {"name": "word"}).generate(reqs) == expected
+        assert len(resumed.asked) == len(reqs) - stored

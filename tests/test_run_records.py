@@ -65,8 +65,8 @@ def out(tmp_path_factory):
     (tasks / "train.jsonl").write_text("".join(json.dumps({"id": i, "word": w, "answer": w}) + "\n" for i, w in TRAIN))
     index = TaskIndex.build((tasks,))
     opts = RunOptions(seeds=(0, 1), include_paths=(tasks,), progress=False)
-    run(index.resolve(["zeta_words", "alpha_words"]), SeededEcho(), {"name": "echo"}, opts, index,
-        ResultWriter(root / "out"))
+    with ResultWriter(root / "out") as writer:
+        run(index.resolve(["zeta_words", "alpha_words"]), SeededEcho(), {"name": "echo"}, opts, index, writer)
     return root / "out"
 
 

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -19,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mmcomp_eval import paths
+from mmcomp_eval import atomic_files, paths
 from mmcomp_eval.data import ek100
 from mmcomp_eval.data.compact_windows import WindowStats, build_windows, order_and_deduplicate
 from mmcomp_eval.data.mcd import atom_divergence, compound_divergence, mcd_split
@@ -216,9 +213,7 @@ def _split_stats(split_rows: dict[str, list[dict]], atoms, compounds, split_idx:
 
 def _write_atomically(target: Path, splits: dict, stats: dict) -> None:
     """Write into a sibling temp dir, then rename: an interrupted build leaves no half cache."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
-    try:
+    with atomic_files.replacing_folder(target) as tmp:
         for kind, per_split in splits.items():
             (tmp / kind).mkdir()
             for split, rows in per_split.items():
@@ -226,9 +221,3 @@ def _write_atomically(target: Path, splits: dict, stats: dict) -> None:
                     for r in rows:
                         f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
         (tmp / "stats.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

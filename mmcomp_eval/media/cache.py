@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mmcomp_eval import paths
+from mmcomp_eval import atomic_files, paths
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -57,14 +55,8 @@ class KeyframeCache:
     def put(self, key: str, image: Image.Image) -> Path:
         p = self.path(key)
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                image.save(f, format="PNG")
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_files.replacing(p, "wb", durable=False) as f:  # a lost keyframe is decoded again
+            image.save(f, format="PNG")
         return p
 
 

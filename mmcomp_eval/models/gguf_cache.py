@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mmcomp_eval import atomic_files
+
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
@@ -104,6 +106,7 @@ def _convert(gguf_path: Path, target: Path, sha: str, dtype: str) -> None:
     _remove_stale_temps(target.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-{os.getpid()}-", dir=target.parent))
     try:
+        os.chmod(tmp, atomic_files.folder_mode())  # mkdtemp's 0700 would make the shared cache private
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
         model = AutoModelForCausalLM.from_pretrained(
             gguf_path.parent, gguf_file=gguf_path.name, dtype=getattr(torch, dtype)
@@ -171,11 +174,4 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_files.write_text(path, json.dumps(data, indent=1))

@@ -17,13 +17,12 @@ leaves a truncated entry that a later run would trust.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mmcomp_eval import atomic_files
 from mmcomp_eval.paths import cache_dir
 from mmcomp_eval.results import sha256_json
 
@@ -68,7 +67,5 @@ class EmbeddingCache:
             return
         f = self._file(key)
         f.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=f.parent, prefix=".emb-", suffix=".npy")
-        with os.fdopen(fd, "wb") as out:
+        with atomic_files.replacing(f, "wb", durable=False) as out:  # a lost entry is recomputed
             np.save(out, np.asarray(value, dtype=np.float32), allow_pickle=False)
-        os.replace(tmp, f)

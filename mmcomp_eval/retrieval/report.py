@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmcomp_eval import atomic_files
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.retrieval.metrics import mean_r1
 from mmcomp_eval.retrieval.runner import ORIGINAL, RECORD_KIND, RETRIEVAL_SCHEMA_VERSION
@@ -167,7 +168,8 @@ def bar_chart(records: Sequence[dict[str, Any]], dataset: tuple[str, str], sets:
     ax.legend(fontsize=7, ncol=len(present))
     ax.margins(y=0.15)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_files.replacing(path, "wb") as f:
+        fig.savefig(f, format="png")
     plt.close(fig)
     return True
 
@@ -195,5 +197,5 @@ def build_report(paths: Iterable[Path], output_dir: Path, *, direction: str = "t
                 md += [f"![{title}]({png.name})", ""]
     md += ["## Files", ""] + [f"- {p}" for p, _ in loaded] + [""]
     report = output_dir / "report.md"
-    report.write_text("\n".join(md), encoding="utf-8")
+    atomic_files.write_text(report, "\n".join(md))
     return [report, *written]

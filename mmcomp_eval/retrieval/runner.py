@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mmcomp_eval import atomic_files
 from mmcomp_eval.data.captions import CaptionDataset
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.results import git_commit, package_versions
@@ -202,17 +201,11 @@ def write_run(run: RetrievalRun, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     stem = result_stem(run.record)
     target = directory / f"{stem}.json"
-    _atomic_write(target, json.dumps(run.record, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
-    _atomic_write(directory / f"{stem}_ranks.jsonl",
-                  "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in run.rank_rows))
+    atomic_files.write_text(target, json.dumps(run.record, indent=2, sort_keys=True, ensure_ascii=False,
+                                               default=str) + "\n")
+    atomic_files.write_text(directory / f"{stem}_ranks.jsonl",
+                            "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in run.rank_rows))
     return target
-
-
-def _atomic_write(target: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}-", suffix=target.suffix)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, target)
 
 
 def summary_table(record: Mapping[str, Any]) -> str:
