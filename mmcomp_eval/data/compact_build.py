@@ -24,7 +24,7 @@ from mmcomp_eval.data.vocab import CategoryIndex
 from mmcomp_eval.errors import UserError
 
 #: Bump when the builder's output for the same inputs changes.
-BUILDER_VERSION = 3
+BUILDER_VERSION = 4
 SPLITS = ("train", "validation", "test")
 SPLIT_KINDS = ("compositional", "random")
 #: Atom ids: verbs keep their class id, nouns are shifted past all verbs.

@@ -20,9 +20,14 @@ from mmcomp_eval.textfiles import read_csv
 
 
 def plain_noun(raw: str) -> str:
-    """``board:chopping`` -> ``chopping board``: EK-100 writes head noun first."""
+    """``board:chopping`` -> ``chopping board``: EK-100 writes the head noun first, then its modifiers in order.
+
+    So ``liquid:washing:up`` is "washing up liquid" and ``lid:frying:pan`` is
+    "frying pan lid" (modifiers keep their order; reversing every part would
+    give "up washing liquid", a spelling no narration uses).
+    """
     parts = [p for p in raw.strip().lower().split(":") if p]
-    return " ".join(reversed(parts)).replace("-", " ").replace("_", " ")
+    return " ".join([*parts[1:], *parts[:1]]).replace("-", " ").replace("_", " ")
 
 
 def plain_verb(raw: str) -> str:
