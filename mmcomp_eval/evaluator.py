@@ -29,7 +29,7 @@ from mmcomp_eval.media.resolver import TaskMedia
 from mmcomp_eval.prompting import PromptTemplate, RenderedPrompt
 from mmcomp_eval.responses import parse_generation, parse_ranking
 from mmcomp_eval.results import ResultWriter, RunRecord, sha256_json
-from mmcomp_eval.task_config import TaskConfig
+from mmcomp_eval.task_config import TaskConfig, parse_generation_overrides
 from mmcomp_eval.task_index import TaskIndex, find_template
 
 
@@ -62,6 +62,7 @@ class RunOptions:
             raise UserError(f"--shots {self.shots}: expected 0 or more")
         if not self.seeds:
             raise UserError("--seeds must be at least 1")
+        parse_generation_overrides(self.gen_kwargs)  # keys and types; combinations are checked per task
 
 
 @dataclass

@@ -105,7 +105,7 @@ def test_a_rows_draw_ignores_the_other_rows():
         alone = _row_seeded_sampler()(settings, [11 * (row + 1)], 3)
         assert alone(torch.zeros(1, 5, dtype=torch.long), logits[row : row + 1].clone()).argmax(-1) == together[row]
     later = sampler(torch.zeros(6, 6, dtype=torch.long), logits.clone()).argmax(-1)  # the next step draws anew
-    assert not torch.equal(later, together) or logits.softmax(-1).max() > 0.99
+    assert not torch.equal(later, together)
 
 
 # -- the HF adapter -------------------------------------------------------------------------------------------
@@ -209,9 +209,9 @@ def test_checkpoint_generation_defaults_are_ignored(tiny_llama_dir, tmp_path, ca
 
 
 def test_one_settings_type_with_one_set_of_defaults(tmp_path):
-    from dataclasses import fields
+    import typing
 
-    assert {f.name for f in fields(TaskConfig) if f.name == "generation"}
+    assert typing.get_type_hints(TaskConfig)["generation"] is GenerationSettings
     task = load_task_file(_task_file(tmp_path, ""))
     assert task.generation == GenerationSettings()
     assert GenerationSettings().max_new_tokens == 16 and GenerationSettings().top_k == 50
@@ -270,6 +270,8 @@ def test_gen_kwargs_override_the_task_and_are_checked_with_it(tmp_path):
     hotter = with_generation_overrides(task, {"temperature": 1.2, "max_new_tokens": 9})
     assert (hotter.generation.temperature, hotter.generation.top_p, hotter.generation.max_new_tokens) == (1.2, 0.9, 9)
     assert with_generation_overrides(task, {}) is task
+    with pytest.raises(UserError, match="unknown key 'top_pp'"):  # library callers get the same checks
+        RunOptions(gen_kwargs={"top_pp": 0.9}).validate()
 
 
 def test_bad_gen_kwargs_fail_before_the_model_loads(tmp_path, capsys):
