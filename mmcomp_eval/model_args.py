@@ -42,33 +42,36 @@ from mmcomp_eval.errors import UserError, did_you_mean
 _CLOSERS = {"[": "]", "{": "}"}
 
 
-def parse_model_args(text: str | None) -> dict[str, Any]:
-    """Parse a ``--model-args`` string (see the module docstring)."""
+def parse_model_args(text: str | None, flag: str = "--model-args") -> dict[str, Any]:
+    """Parse a ``--model-args`` string (see the module docstring); ``flag`` names the option in errors.
+
+    ``--gen-kwargs`` is read by the same rules.
+    """
     if text is None or not text.strip():
         return {}
     text = text.strip()
     if text.startswith("{"):
-        return _parse_json_object(text)
+        return _parse_json_object(text, flag)
     args: dict[str, Any] = {}
-    pieces = _split_top_level(text)
+    pieces = _split_top_level(text, flag)
     for index, piece in enumerate(pieces):
         if not piece.strip():
             if index == len(pieces) - 1 and index > 0:
                 continue  # a trailing comma is harmless
-            raise UserError(f"--model-args '{text}': empty argument between commas")
-        key, value = _parse_pair(piece)
+            raise UserError(f"{flag} '{text}': empty argument between commas")
+        key, value = _parse_pair(piece, flag)
         if key in args:
-            raise UserError(f"--model-args: duplicate key '{key}' in '{piece.strip()}'")
+            raise UserError(f"{flag}: duplicate key '{key}' in '{piece.strip()}'")
         args[key] = value
     return args
 
 
-def _parse_json_object(text: str) -> dict[str, Any]:
+def _parse_json_object(text: str, flag: str) -> dict[str, Any]:
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in pairs:
             if key in out:
-                raise UserError(f"--model-args: duplicate key '{key}' in JSON object")
+                raise UserError(f"{flag}: duplicate key '{key}' in JSON object")
             out[key] = value
         return out
 
@@ -76,15 +79,15 @@ def _parse_json_object(text: str) -> dict[str, Any]:
         obj = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as exc:
         near = text[max(0, exc.pos - 10) : exc.pos + 10]
-        raise UserError(f"--model-args: invalid JSON ({exc.msg} at char {exc.pos}, near '{near}')") from None
+        raise UserError(f"{flag}: invalid JSON ({exc.msg} at char {exc.pos}, near '{near}')") from None
     if not isinstance(obj, dict):
-        raise UserError("--model-args: JSON must be an object like {\"pretrained\": \"...\"}")
+        raise UserError(f"{flag}: JSON must be an object of key: value pairs")
     for key in obj:
-        _check_key(key, text)
+        _check_key(key, text, flag)
     return obj
 
 
-def _split_top_level(text: str) -> list[str]:
+def _split_top_level(text: str, flag: str) -> list[str]:
     """Split on commas that are outside quotes and brackets."""
     pieces: list[str] = []
     start = 0
@@ -104,15 +107,15 @@ def _split_top_level(text: str) -> list[str]:
             stack.append(_CLOSERS[ch])
         elif ch in "]}":
             if not stack or stack.pop() != ch:
-                raise UserError(f"--model-args: unbalanced '{ch}' in '{_piece_at(text, start)}'")
+                raise UserError(f"{flag}: unbalanced '{ch}' in '{_piece_at(text, start)}'")
         elif ch == "," and not stack:
             pieces.append(text[start:i])
             start = i + 1
         i += 1
     if quote:
-        raise UserError(f"--model-args: unterminated {quote} quote in '{text[start:].strip()}'")
+        raise UserError(f"{flag}: unterminated {quote} quote in '{text[start:].strip()}'")
     if stack:
-        raise UserError(f"--model-args: missing '{stack[-1]}' in '{text[start:].strip()}'")
+        raise UserError(f"{flag}: missing '{stack[-1]}' in '{text[start:].strip()}'")
     pieces.append(text[start:])
     return pieces
 
@@ -122,18 +125,18 @@ def _piece_at(text: str, start: int) -> str:
     return rest.split(",", 1)[0].strip() if rest else text
 
 
-def _parse_pair(piece: str) -> tuple[str, Any]:
+def _parse_pair(piece: str, flag: str) -> tuple[str, Any]:
     if "=" not in piece:
-        raise UserError(f"--model-args: '{piece.strip()}' is not key=value")
+        raise UserError(f"{flag}: '{piece.strip()}' is not key=value")
     key, raw = piece.split("=", 1)
     key = key.strip()
-    _check_key(key, piece.strip())
-    return key, _parse_value(raw.strip(), piece.strip())
+    _check_key(key, piece.strip(), flag)
+    return key, _parse_value(raw.strip(), piece.strip(), flag)
 
 
-def _check_key(key: Any, piece: str) -> None:
+def _check_key(key: Any, piece: str, flag: str) -> None:
     if not isinstance(key, str) or not key.isidentifier():
-        raise UserError(f"--model-args: bad key '{key}' in '{piece}' (keys are identifiers like batch_size)")
+        raise UserError(f"{flag}: bad key '{key}' in '{piece}' (keys are identifiers like batch_size)")
 
 
 class _Int(int):
@@ -155,7 +158,7 @@ def _keep_raw(value: Any, raw: str) -> Any:
     return out
 
 
-def _parse_value(raw: str, piece: str) -> Any:
+def _parse_value(raw: str, piece: str, flag: str) -> Any:
     if len(raw) >= 2 and raw[0] == raw[-1] == "'":
         return raw[1:-1]
     try:
@@ -164,7 +167,7 @@ def _parse_value(raw: str, piece: str) -> Any:
         pass
     if raw and raw[0] in "\"[{":
         # Looks like JSON but is not: guessing would hide the typo.
-        raise UserError(f"--model-args: value in '{piece}' is not valid JSON")
+        raise UserError(f"{flag}: value in '{piece}' is not valid JSON")
     return raw
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from mmcomp_eval.api.request import GenerationSettings
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.textfiles import read_text
 
@@ -54,15 +55,6 @@ class FewshotConfig:
     k: int = 0
     #: sampler options (``similar``: which fields hold the atoms)
     options: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    max_new_tokens: int = 16
-    stop: tuple[str, ...] = ("\n",)
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -127,7 +119,8 @@ class TaskConfig:
     #: with ``output_type: rank_choices``: where the candidate answers come from
     choices: str | None = None
     fewshot: FewshotConfig = field(default_factory=FewshotConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    #: how answers are decoded (``--gen-kwargs`` overrides it); ``seed`` comes from the run, never the file
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
     #: the task puts images in its prompts (vision-language models only)
     requires_images: bool = False
     #: where the keyframes of image prompts come from
@@ -153,8 +146,9 @@ class TaskConfig:
             raise UserError(f"{where}: prompt.max_chars is {self.prompt.max_chars}; expected at least 1")
         if self.fewshot.k < 0:
             raise UserError(f"{where}: fewshot.k is {self.fewshot.k}; expected 0 or more")
-        if self.generation.max_new_tokens < 1:
-            raise UserError(f"{where}: generation.max_new_tokens must be at least 1")
+        problem = self.generation.problem()
+        if problem:
+            raise UserError(f"{where}: generation: {problem}")
         if not self.metrics:
             raise UserError(f"{where}: 'metrics' is empty; name at least one metric")
         names = [m.name for m in self.metrics]
@@ -234,9 +228,38 @@ def parse_task(data: dict, source: str) -> TaskConfig | GroupConfig:
     if "group" in data:
         cfg = _build(GroupConfig, {**data, "source": source}, source)
         return cfg
+    generation = data.get("generation")
+    if isinstance(generation, dict) and "seed" in generation:
+        raise UserError(f"{source}: generation.seed is not a task setting; the run's --seed/--seeds set it")
     cfg = _build(TaskConfig, {**data, "source": source}, source)
     cfg.validate(f"{source} (task {cfg.task})")
     return cfg
+
+
+def parse_generation_overrides(data: dict[str, Any], where: str = "--gen-kwargs") -> dict[str, Any]:
+    """Typed ``GenerationSettings`` fields from ``key=value`` pairs (``--gen-kwargs``).
+
+    Keys and types are checked here, before any model loads; whether the
+    combination makes sense is checked per task once merged with the task's
+    own settings. ``True``/``False`` are accepted for booleans in any case,
+    as lm-evaluation-harness users type them.
+    """
+    hints = typing.get_type_hints(GenerationSettings)
+    names = [f.name for f in dataclasses.fields(GenerationSettings) if f.name != "seed"]
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "seed":
+            raise UserError(f"{where}: 'seed' is not a generation setting here; use --seed/--seeds "
+                            "(they set the sampling seed and the few-shot tie-breaks)")
+        if key not in names:
+            raise UserError(f"{where}: unknown key '{key}'{did_you_mean(key, names)}; accepted: {', '.join(names)}")
+        if hints[key] is bool and isinstance(value, str) and value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        converted = _convert(hints[key], value, where, key)
+        if isinstance(converted, int) and not isinstance(converted, bool):
+            converted = int(converted)  # the parser's int subclass, made plain for hashing and JSON
+        out[key] = converted
+    return out
 
 
 def load_task_file(path: Path) -> TaskConfig | GroupConfig:

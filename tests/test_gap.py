@@ -36,7 +36,8 @@ target_field: answer
 answer_kind: text
 prompt: {{template: echo.jinja, instruction: Repeat the word.}}
 fewshot: {{sampler: first, k: {k}}}
-generation: {{max_new_tokens: 4, stop: ["\\n"]}}
+# sampled, so each seed reaches the requests (greedy requests share seed 0)
+generation: {{max_new_tokens: 4, stop: ["\\n"], do_sample: true}}
 metrics: [exact_match, bleu]
 """
 # the model gets these wrong (the "novel compositions"): 9 of 20 compositional words, 2 of 24 in-domain ones

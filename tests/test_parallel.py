@@ -25,7 +25,12 @@ def test_process_info_from_launcher_variables(monkeypatch):
 
 @pytest.fixture(scope="module")
 def setup(tiny_llama_dir, tmp_path_factory):
-    """A 9-document task (odd: the two shards differ in size) and its single-process run."""
+    """A 9-document task (odd: the two shards differ in size) and its single-process run, sampled.
+
+    Sampling makes the two seeds ask different requests (greedy decoding would
+    answer seed 1 from seed 0's prompts) and checks that what is drawn does
+    not depend on which process answers.
+    """
     d = tmp_path_factory.mktemp("parallel")
     tasks = d / "tasks"
     tasks.mkdir()
@@ -35,7 +40,8 @@ def setup(tiny_llama_dir, tmp_path_factory):
     (tasks / "docs.jsonl").write_text("".join(json.dumps({"id": f"w{i}", "word": w, "answer": w}) + "\n"
                                               for i, w in enumerate(words)))
     common = ["--model", "hf", "--model-args", f"pretrained={tiny_llama_dir},batch_size=2", "--tasks", "echo_task",
-              "--include-path", str(tasks), "--no-progress", "--seeds", "2"]
+              "--include-path", str(tasks), "--no-progress", "--seeds", "2",
+              "--gen-kwargs", "do_sample=true,temperature=1.5,top_k=0"]  # sampled answers must not depend on processes
     assert main([*common, "--cache-dir", str(d / "store1"), "--output-path", str(d / "one")]) == 0
     return SimpleNamespace(dir=d, common=common, one=json.loads((d / "one" / "results.json").read_text()),
                            samples=(d / "one" / "samples.jsonl").read_bytes())

@@ -180,7 +180,8 @@ def test_failed_scoring_is_redone_from_the_store(user_tasks, tiny_llama_dir, tin
     (user_tasks / "echo_task.yaml").write_text(broken)
     common = ["--model", "hf", "--model-args", f"pretrained={tiny_llama_dir},batch_size=3", "--tasks", "echo_task",
               "--include-path", str(user_tasks), "--no-progress", "--cache-dir", str(tmp_path / "store"),
-              "--seeds", "2", "--offline", "--ek100-dir", str(tiny_ek100)]
+              "--seeds", "2", "--offline", "--ek100-dir", str(tiny_ek100),
+              "--gen-kwargs", "do_sample=true"]  # sampled: the two seeds ask different requests (greedy would share)
     rc, _, err = run_cli(capsys, *common, "--output-path", str(tmp_path / "a"))
     assert rc == 2 and "trg_verb_class" in err
     store = ResponseStore(tmp_path / "store")

@@ -50,6 +50,9 @@ class SeededEcho(Model):
 def write_task(d, name, docs):
     text = USER_TASK.replace("task: echo_task", f"task: {name}").replace("test: docs.jsonl, train: docs.jsonl",
                                                                          f"test: {name}.jsonl, train: train.jsonl")
+    # sampled, so each seed reaches the requests (greedy requests share seed 0 and one stored answer)
+    text = text.replace("max_new_tokens: 4,", "max_new_tokens: 4, do_sample: true,")
+    assert "do_sample: true" in text
     (d / f"{name}.yaml").write_text(text)
     (d / f"{name}.jsonl").write_text("".join(json.dumps({"id": i, "word": w, "answer": w}) + "\n" for i, w in docs))
 

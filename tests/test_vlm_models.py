@@ -186,9 +186,21 @@ def test_idefics_batching_seeds_and_images_matter(env):
     assert model.generate(reqs, images=images) == one
     swapped = [list(reversed(x)) if len(x) > 1 else [solid((0, 0, 0))] for x in images]
     assert model.generate(reqs, images=swapped) != one  # the images reach the model
-    sampled = [GenerationRequest(r.request_id, r.prompt, GenerationSettings(max_new_tokens=5, stop=(), do_sample=True,
-                                                                            seed=7), images=r.images) for r in reqs]
-    assert model.generate(sampled, images=images) == model.generate(sampled, images=images)
+    hot = GenerationSettings(max_new_tokens=5, stop=(), do_sample=True, temperature=2.0, top_k=0, seed=7)
+    sampled = [GenerationRequest(r.request_id, r.prompt, hot, images=r.images) for r in reqs]
+    drawn = model.generate(sampled, images=images)  # batch size 5
+    model.batch_size = 1
+    assert model.generate(sampled, images=images) == drawn  # each request draws from its own stream
+    assert model.generate(sampled[2:], images=images[2:]) == drawn[2:]
+    assert drawn != one
+    other = [GenerationRequest(r.request_id, r.prompt, GenerationSettings(**{**hot.__dict__, "seed": 8}),
+                               images=r.images) for r in reqs]
+    assert model.generate(other, images=images) != drawn
+    beams = [GenerationRequest(r.request_id, r.prompt, GenerationSettings(max_new_tokens=5, stop=(), num_beams=3),
+                               images=r.images) for r in reqs]
+    alone = model.generate(beams, images=images)
+    model.batch_size = 5
+    assert model.generate(beams, images=images) == alone and alone != one
     with pytest.raises(UserError, match="got prompts with images but no image data"):
         model.generate(reqs)
 
@@ -281,6 +293,15 @@ def test_open_flamingo_batching_and_images(env, key):
     assert model.generate(reqs, images=other) != one  # the images reach the model
     text_only = create_model("open_flamingo", of_args(env, key, images="false"))
     assert len(text_only.generate(reqs)) == 3
+    # beam search (OpenFlamingo's own evaluation decodes with beams) and sampling, independent of the batch
+    for settings in (GenerationSettings(max_new_tokens=4, stop=(), num_beams=3),
+                     GenerationSettings(max_new_tokens=4, stop=(), do_sample=True, temperature=2.0, top_k=0)):
+        asked = [GenerationRequest(r.request_id, r.prompt, settings, images=r.images) for r in reqs]
+        model.batch_size = 1
+        alone = model.generate(asked, images=images)
+        model.batch_size = 3
+        assert model.generate(asked, images=images) == alone, settings
+        assert alone != one, settings
 
 
 def test_flamingo_and_otter_through_the_cli(env, tmp_path, capsys, monkeypatch):

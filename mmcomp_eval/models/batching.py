@@ -8,9 +8,10 @@ if it still does not fit, backs off again; when prompts shrink the batch
 grows back up to ``max_batch_size``. Requests arrive longest first, so the
 first probe is the hardest one.
 
-A batch that ran out of memory is simply run again smaller: for greedy
-decoding the answers do not depend on how requests are batched (left
-padding with an attention mask), so the back-off never changes a result.
+A batch that ran out of memory is simply run again smaller: answers do not
+depend on how requests are batched (left padding with an attention mask;
+sampling draws from each request's own seeded stream, ``models/decoding.py``),
+so the back-off never changes a result.
 """
 
 from __future__ import annotations

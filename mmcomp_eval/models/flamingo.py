@@ -48,8 +48,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.models.hf import _bnb_config, _device, _guard, _resolve_pretrained, _stop_on_strings
-from mmcomp_eval.models.idefics import VisionLanguageAdapter, generation_config, seeded, torch_dtype
+from mmcomp_eval.models import decoding
+from mmcomp_eval.models.hf import _bnb_config, _device, _guard, _resolve_pretrained
+from mmcomp_eval.models.idefics import VisionLanguageAdapter, torch_dtype
 from mmcomp_eval.models.registry import MODELS
 from mmcomp_eval.prompting import IMAGE_PLACEHOLDER
 
@@ -249,6 +250,11 @@ def build_flamingo(vision_encoder, lang_encoder, media_token_id: int, cross_attn
             if self._media is None:
                 raise RuntimeError("Flamingo language model called without images; use Flamingo.generate")
             input_ids = kwargs.get("input_ids", args[0] if args else None)
+            rows, prompts = input_ids.shape[0], self._media.shape[0]
+            if rows != prompts:  # beam search: generate repeats each prompt num_beams times, adjacent
+                if rows % prompts:
+                    raise RuntimeError(f"{rows} rows for {prompts} prompts' images")
+                self._media = self._media.repeat_interleave(rows // prompts, dim=0)
             if self._text_time is None or input_ids.shape[1] > 1:  # the whole sequence: count images so far
                 locations = input_ids == self.media_token_id
                 self._text_time = locations.cumsum(dim=-1)
@@ -445,6 +451,7 @@ class FlamingoAdapter(VisionLanguageAdapter):
             self.model, self.tokenizer, self.image_processor, self.load_info = self._load_otter(
                 cross_attn_every_n_layers, vision_features or "patches", lm_kwargs)
         self.model.eval()
+        decoding.ignore_checkpoint_defaults(self.model.lang_encoder)  # Flamingo.generate is the LM's generate
         if device_map is None and quant is None:
             self.model.to(_device(device))
         else:  # the LM is dispatched; keep the vision tower, perceiver and each block beside what uses them
@@ -576,7 +583,7 @@ class FlamingoAdapter(VisionLanguageAdapter):
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "pixel_values": pixels,
                 "counts": counts}
 
-    def _generate_batch(self, prompts, images, settings, ids):
+    def _generate_batch(self, prompts, images, settings, requests):
         import torch
 
         tok = self.tokenizer
@@ -585,19 +592,12 @@ class FlamingoAdapter(VisionLanguageAdapter):
         counts, pixels = enc["counts"], enc["pixel_values"]
         if pixels is not None:
             pixels = pixels.to(self.device)
-        for request_id, n in zip(ids, attention_mask.sum(dim=1).tolist()):
-            if n + settings.max_new_tokens > self.max_length:
-                raise UserError(f"request {request_id}: the prompt has {n} tokens and max_new_tokens is "
-                                f"{settings.max_new_tokens}, more than the model's {self.max_length}; use fewer shots")
+        self._check_room(requests, attention_mask.sum(dim=1).tolist(), settings)
         width = input_ids.shape[1]
-        stopping = []
-        if settings.stop:
-            stopping.append(_stop_on_strings()(tok, settings.stop, width, len(prompts)))
-        config = generation_config(settings, tok.pad_token_id, self.eos_ids)
-        with seeded(settings.seed, self.device), torch.inference_mode():
-            out = self.model.generate(pixels, counts, input_ids, attention_mask, generation_config=config,
-                                      stopping_criteria=stopping)
-        return self._decode_new(tok, out[:, width:], self.eos_ids, settings)
+        with torch.inference_mode():
+            out = self.model.generate(pixels, counts, input_ids, attention_mask,
+                                      **self._decoding(settings, requests, width, tok, self.eos_ids))
+        return decoding.decode_new(tok, out[:, width:], self.eos_ids, settings.stop)
 
     def fingerprint(self) -> dict[str, Any]:
         import torch

@@ -5,15 +5,14 @@ module is, so that listing models or printing ``--help`` stays instant.
 
 Batched generation pads on the left (so every row's next token sits in the
 last column) and sorts requests by length so that a batch wastes little
-compute on padding; answers are put back in request order. Sampling is
-seeded per batch from ``GenerationSettings.seed`` so that a rerun with the
-same requests and batch size reproduces every answer.
+compute on padding; answers are put back in request order. Sampling draws
+from each request's own seeded stream (``models/decoding.py``), so a sampled
+answer, like a greedy one, does not depend on the batch it ran in.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import logging
 import os
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from mmcomp_eval.api.model import Model, ProgressCallback, ResultCallback
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.models import gguf_cache
+from mmcomp_eval.models import decoding, gguf_cache
 from mmcomp_eval.models.batching import DEFAULT_MAX_BATCH, BatchSizer, parse_batch_size, run_batches
 from mmcomp_eval.models.registry import MODELS
 
@@ -120,6 +119,7 @@ class HFCausalLM(Model):
         if target is not None:
             self.model.to(target)
         self.device = self.model.device
+        decoding.ignore_checkpoint_defaults(self.model)  # keeps the special-token ids
 
         tok_source = tokenizer_id or source
         tok_kwargs = load_kwargs if not tokenizer_id else {
@@ -179,6 +179,7 @@ class HFCausalLM(Model):
         on_result: ResultCallback | None = None,
     ) -> list[str]:
         encoded = [self._encode_request(r) for r in requests]
+        seeds = [r.sampling_seed() if r.settings.do_sample else 0 for r in requests]
         results: list[str] = [""] * len(requests)
         groups: dict[GenerationSettings, list[int]] = defaultdict(list)
         for i, request in enumerate(requests):
@@ -196,7 +197,8 @@ class HFCausalLM(Model):
                 )
             indices.sort(key=lambda i: -len(encoded[i]))  # stable: ties keep request order
             width = lambda b: min(len(encoded[b[0]]), budget) + settings.max_new_tokens  # noqa: E731
-            run = lambda b: self._generate_batch([_left_truncate(encoded[i], budget) for i in b], settings)  # noqa: E731
+            run = lambda b: self._generate_batch([_left_truncate(encoded[i], budget) for i in b], settings,  # noqa: E731
+                                                 [seeds[i] for i in b])
             for batch, texts in run_batches(indices, width, self._sizer, run):
                 for i, text in zip(batch, texts):
                     results[i] = text
@@ -206,36 +208,16 @@ class HFCausalLM(Model):
                     progress(len(batch))
         return results
 
-    def _generate_batch(self, prompts: list[list[int]], settings: GenerationSettings) -> list[str]:
+    def _generate_batch(self, prompts: list[list[int]], settings: GenerationSettings, seeds: list[int]) -> list[str]:
         import torch
-        from transformers import GenerationConfig, StoppingCriteriaList
 
         input_ids, attention_mask = self._pad(prompts, left=True)
-        sample = settings.do_sample and settings.temperature > 0
-        config = GenerationConfig(
-            max_new_tokens=settings.max_new_tokens,
-            do_sample=sample,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=sorted(self.eos_ids) or None,
-            **({"temperature": settings.temperature, "top_p": settings.top_p, "top_k": 0} if sample else {}),
-        )
-        stopping = StoppingCriteriaList()
-        if settings.stop:
-            stopping.append(_stop_on_strings()(self.tokenizer, settings.stop, input_ids.shape[1], len(prompts)))
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.inference_mode(), torch.random.fork_rng(devices=devices):
-            torch.manual_seed(settings.seed)
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                generation_config=config,
-                stopping_criteria=stopping,
-            )
-        texts = []
-        for row in out[:, input_ids.shape[1] :].tolist():
-            cut = next((k for k, t in enumerate(row) if t in self.eos_ids), len(row))
-            texts.append(_clean(self.tokenizer.decode(row[:cut], skip_special_tokens=True), settings.stop))
-        return texts
+        width = input_ids.shape[1]
+        kwargs = decoding.generate_kwargs(settings, seeds, width, self.tokenizer, self.tokenizer.pad_token_id,
+                                          self.eos_ids)
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        return decoding.decode_new(self.tokenizer, out[:, width:], self.eos_ids, settings.stop)
 
     # -- scoring -----------------------------------------------------------
 
@@ -494,45 +476,6 @@ def _left_truncate(tokens: list[int], budget: int) -> list[int]:
         log.warning("prompt of %d tokens cut to its last %d", len(tokens), budget)
         return tokens[-budget:]
     return tokens
-
-
-def _clean(text: str, stops: Sequence[str]) -> str:
-    """Cut at the first stop string, then drop the whitespace models put after ``=>``."""
-    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=len(text))
-    return text[:cut].lstrip()
-
-
-@functools.cache
-def _stop_on_strings():
-    """The StoppingCriteria class, built on first use to keep imports lazy."""
-    import torch
-    from transformers import StoppingCriteria
-
-    class StopOnStrings(StoppingCriteria):
-        """Finish a row once its generated text contains a stop string.
-
-        Only the last few new tokens are decoded each step: a stop string
-        that completes now ends in the newest token and spans at most as many
-        tokens as it has characters (plus slack for byte-level pieces).
-        """
-
-        def __init__(self, tokenizer, stops: Sequence[str], prompt_len: int, rows: int):
-            self.tokenizer = tokenizer
-            self.stops = [s for s in stops if s]
-            self.prompt_len = prompt_len
-            self.window = max((len(s) for s in self.stops), default=1) + 4
-            self.done = [False] * rows
-
-        def __call__(self, input_ids, scores, **kwargs):
-            new = input_ids[:, self.prompt_len :]
-            start = max(0, new.shape[1] - self.window)
-            for row in range(new.shape[0]):
-                if not self.done[row]:
-                    tail = self.tokenizer.decode(new[row, start:], skip_special_tokens=True)
-                    self.done[row] = any(s in tail for s in self.stops)
-            return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
-
-    return StopOnStrings
 
 
 # -- presets -------------------------------------------------------------------

@@ -11,8 +11,9 @@ gets the i-th image.
 Batches are padded on the left, and the processor builds, per row, which
 image each token may attend to (IDEFICS attends to the most recent image
 only); rows with fewer images get zero images that no token attends to. So
-a row's answer does not depend on its batch: greedy outputs are the same at
-batch size 1 and N (tested).
+a row's answer does not depend on its batch: greedy and sampled outputs
+are the same at batch size 1 and N (tested; sampling draws from each
+request's own seeded stream, see ``models/decoding.py``).
 
 ``images=false`` withholds the images: placeholders are removed from the
 prompt and no frames are read (``reads_images`` is false), which gives the
@@ -23,7 +24,6 @@ torch and transformers are imported when a model is built, not on import.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 from mmcomp_eval.api.model import Model, ProgressCallback
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.models.hf import _bnb_config, _clean, _device, _guard, _resolve_pretrained, _stop_on_strings
+from mmcomp_eval.models import decoding
+from mmcomp_eval.models.hf import _bnb_config, _device, _guard, _resolve_pretrained
 from mmcomp_eval.models.registry import MODELS
 from mmcomp_eval.prompting import IMAGE_PLACEHOLDER
 
@@ -76,7 +77,7 @@ def torch_dtype(name: str):
 
 
 class VisionLanguageAdapter(Model):
-    """Shared request handling: ordering, batching, seeding, image checks, stop strings.
+    """Shared request handling: ordering, batching, sampling seeds, image checks, stop strings.
 
     Subclasses implement :meth:`_generate_batch` (one padded batch) and
     :meth:`_render` (the model's prompt text for one request).
@@ -123,7 +124,7 @@ class VisionLanguageAdapter(Model):
                             raise UserError(f"request {requests[i].request_id} has {len(imgs)} images; model "
                                             f"'{self.name}' takes at most {self.max_images}")
                 texts = self._generate_batch([prompts[i] for i in batch], batch_images, settings,
-                                             [requests[i].request_id for i in batch])
+                                             [requests[i] for i in batch])
                 for i, text in zip(batch, texts):
                     results[i] = text
                 if progress:
@@ -138,37 +139,20 @@ class VisionLanguageAdapter(Model):
         raise UserError(f"model '{self.name}' has no chat format; drop --apply-chat-template")
 
     def _generate_batch(self, prompts: list[str], images: list[list[Image.Image]] | None,
-                        settings: GenerationSettings, ids: list[str]) -> list[str]:
+                        settings: GenerationSettings, requests: list[GenerationRequest]) -> list[str]:
         raise NotImplementedError
 
-    def _decode_new(self, tokenizer, new_tokens, eos_ids: set[int], settings: GenerationSettings) -> list[str]:
-        texts = []
-        for row in new_tokens.tolist():
-            cut = next((k for k, t in enumerate(row) if t in eos_ids), len(row))
-            texts.append(_clean(tokenizer.decode(row[:cut], skip_special_tokens=True), settings.stop))
-        return texts
+    def _check_room(self, requests: list[GenerationRequest], lengths: list[int], settings: GenerationSettings) -> None:
+        for request, n in zip(requests, lengths):
+            if n + settings.max_new_tokens > self.max_length:
+                raise UserError(f"request {request.request_id}: the prompt has {n} tokens and max_new_tokens is "
+                                f"{settings.max_new_tokens}, more than the model's {self.max_length}; use fewer shots")
 
-
-def generation_config(settings: GenerationSettings, pad_id: int | None, eos_ids: set[int]):
-    from transformers import GenerationConfig
-
-    sample = settings.do_sample and settings.temperature > 0
-    return GenerationConfig(
-        max_new_tokens=settings.max_new_tokens, do_sample=sample, pad_token_id=pad_id,
-        eos_token_id=sorted(eos_ids) or None,
-        **({"temperature": settings.temperature, "top_p": settings.top_p, "top_k": 0} if sample else {}),
-    )
-
-
-@contextlib.contextmanager
-def seeded(seed: int, device):
-    """Fork the RNGs and seed them, so sampling reproduces per batch and leaks nothing."""
-    import torch
-
-    devices = [device] if getattr(device, "type", "cpu") == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        yield
+    @staticmethod
+    def _decoding(settings: GenerationSettings, requests: list[GenerationRequest], width: int, tokenizer,
+                  eos_ids: set[int]) -> dict[str, Any]:
+        seeds = [r.sampling_seed() if settings.do_sample else 0 for r in requests]
+        return decoding.generate_kwargs(settings, seeds, width, tokenizer, tokenizer.pad_token_id, eos_ids)
 
 
 @MODELS.register("idefics")
@@ -213,6 +197,7 @@ class IdeficsAdapter(VisionLanguageAdapter):
         self.pretrained, self.revision, self.quantization = pretrained, None, None
         self.trust_remote_code, self.local_files_only = False, True
         self.model = model.eval()
+        decoding.ignore_checkpoint_defaults(self.model)
         self.device = model.device
         self.processor = processor
         self._setup_tokenizer(None)
@@ -234,6 +219,7 @@ class IdeficsAdapter(VisionLanguageAdapter):
             kwargs["device_map"] = device_map
         self.model = _guard(self.pretrained, lambda: IdeficsForVisionText2Text.from_pretrained(source, **kwargs))
         self.model.eval()
+        decoding.ignore_checkpoint_defaults(self.model)
         if device_map is None:
             self.model.to(_device(device))
         self.device = self.model.device
@@ -274,26 +260,19 @@ class IdeficsAdapter(VisionLanguageAdapter):
         with torch.inference_mode():
             return dict(self.processor(text=items, return_tensors="pt", padding="longest"))
 
-    def _generate_batch(self, prompts, images, settings, ids):
+    def _generate_batch(self, prompts, images, settings, requests):
         import torch
 
         batch = self.encode(prompts, images)
-        lengths = batch["attention_mask"].sum(dim=1).tolist()
-        for request_id, n in zip(ids, lengths):
-            if n + settings.max_new_tokens > self.max_length:
-                raise UserError(f"request {request_id}: the prompt has {n} tokens and max_new_tokens is "
-                                f"{settings.max_new_tokens}, more than the model's {self.max_length}; use fewer shots")
+        self._check_room(requests, batch["attention_mask"].sum(dim=1).tolist(), settings)
         batch = {k: v.to(self.device) for k, v in batch.items()}
         if "pixel_values" in batch:
             batch["pixel_values"] = batch["pixel_values"].to(self.model.dtype)
         width = batch["input_ids"].shape[1]
-        stopping = []
-        if settings.stop:
-            stopping.append(_stop_on_strings()(self.processor.tokenizer, settings.stop, width, len(prompts)))
-        config = generation_config(settings, self.processor.tokenizer.pad_token_id, self.eos_ids)
-        with seeded(settings.seed, self.device), torch.inference_mode():
-            out = self.model.generate(**batch, generation_config=config, stopping_criteria=stopping)
-        return self._decode_new(self.processor.tokenizer, out[:, width:], self.eos_ids, settings)
+        tok = self.processor.tokenizer
+        with torch.inference_mode():
+            out = self.model.generate(**batch, **self._decoding(settings, requests, width, tok, self.eos_ids))
+        return decoding.decode_new(tok, out[:, width:], self.eos_ids, settings.stop)
 
     def fingerprint(self) -> dict[str, Any]:
         import torch
