@@ -71,7 +71,7 @@ def main() -> None:
         os.environ["MMCOMP_CACHE_DIR"] = str(cache)
         from mmcomp_eval.api.document import Document
         from mmcomp_eval.data.compact_build import build_compact, load_split
-        from mmcomp_eval.fewshot import build_sampler
+        from mmcomp_eval.tasks.fewshot import build_sampler
 
         d = build_compact(args.ek100_dir).directory
         train = load_split(d, "compositional", "train")

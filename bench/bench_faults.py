@@ -319,7 +319,7 @@ def truncated_csv_case(s: Setup, name: str) -> dict:
 
 
 def check_cost(n: int, work: Path) -> None:
-    from mmcomp_eval.response_store import ResponseStore
+    from mmcomp_eval.runtime.response_store import ResponseStore
 
     print("| store | responses | size MB | quick_check hot s | quick_check cold s | open, check skipped s |")
     print("|---|---|---|---|---|---|")

@@ -70,10 +70,10 @@ def harness_prompts(ek100_dir: Path | None, n: int = 64, shots: int = 5, seed: i
     of the data lives in the repository.
     """
     sys.path.insert(0, str(REPO))
-    from mmcomp_eval.documents import DataContext, load_documents
-    from mmcomp_eval.fewshot import build_sampler
-    from mmcomp_eval.prompting import PromptTemplate
-    from mmcomp_eval.task_index import TaskIndex, find_template
+    from mmcomp_eval.tasks.loaders import DataContext, load_documents
+    from mmcomp_eval.tasks.fewshot import build_sampler
+    from mmcomp_eval.tasks.prompting import PromptTemplate
+    from mmcomp_eval.tasks.index import TaskIndex, find_template
 
     task = TaskIndex.build().tasks["compact_nup"]
     ctx = DataContext(ek100_dir=ek100_dir, offline=True)

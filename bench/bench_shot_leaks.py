@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.data.compact_build import HELDOUT_SPLITS, SPLIT_KINDS, BuildParams, build_compact, load_split
-from mmcomp_eval.fewshot import build_sampler
+from mmcomp_eval.tasks.fewshot import build_sampler
 
 
 def leaks(queries: list[Document], pool: list[Document], picks: list[list[int]]) -> tuple[int, int]:

@@ -93,9 +93,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     from mmcomp_eval.errors import UserError
-    from mmcomp_eval.evaluator import RunOptions, predict, prepare
+    from mmcomp_eval.evaluation.evaluator import RunOptions, predict, prepare
     from mmcomp_eval.media.video import DECODES
-    from mmcomp_eval.task_index import TaskIndex
+    from mmcomp_eval.tasks.index import TaskIndex
 
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         tmp = Path(tmp)

@@ -18,10 +18,10 @@ import json
 import pytest
 
 from mmcomp_eval.api.model import Model
-from mmcomp_eval.evaluator import RunOptions, prepare
-from mmcomp_eval.prompting import IMAGE_PLACEHOLDER as IMG
-from mmcomp_eval.task_config import DatasetConfig
-from mmcomp_eval.task_index import BUILTIN_PROMPTS, TaskIndex
+from mmcomp_eval.evaluation.evaluator import RunOptions, prepare
+from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER as IMG
+from mmcomp_eval.config.task_config import DatasetConfig
+from mmcomp_eval.tasks.index import BUILTIN_PROMPTS, TaskIndex
 
 
 def compact_doc(doc_id, narrations, trg_verb, trg_noun, verbs, nouns):

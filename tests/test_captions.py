@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mmcomp_eval.data.captions import CaptionDataset, load_caption_dataset, msrvtt_train_list
-from mmcomp_eval.documents import DataContext, load_documents
+from mmcomp_eval.tasks.loaders import DataContext, load_documents
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.task_config import load_task_file
+from mmcomp_eval.config.task_config import load_task_file
 
 
 def write(path: Path, text: str) -> Path:

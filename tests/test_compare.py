@@ -10,16 +10,16 @@ import shutil
 import numpy as np
 import pytest
 
-from mmcomp_eval import bootstrap
+from mmcomp_eval.evaluation import bootstrap
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.model import Model
 from mmcomp_eval.cli import main
-from mmcomp_eval.compare import load_runs, paired_tests
+from mmcomp_eval.evaluation.compare import load_runs, paired_tests
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.evaluator import RunOptions, run
+from mmcomp_eval.evaluation.evaluator import RunOptions, run
 from mmcomp_eval.metrics.bleu import Bleu
-from mmcomp_eval.results import ResultWriter
-from mmcomp_eval.task_index import TaskIndex
+from mmcomp_eval.evaluation.results import ResultWriter
+from mmcomp_eval.tasks.index import TaskIndex
 
 from user_task import USER_TASK, USER_TEMPLATE
 

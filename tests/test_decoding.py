@@ -18,13 +18,13 @@ import torch
 
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.evaluator import RunOptions, with_generation_overrides
-from mmcomp_eval.model_args import parse_model_args
+from mmcomp_eval.evaluation.evaluator import RunOptions, with_generation_overrides
+from mmcomp_eval.config.model_args import parse_model_args
 from mmcomp_eval.models import create_model
 from mmcomp_eval.models.batching import BatchSizer
 from mmcomp_eval.models.decoding import _row_seeded_sampler, uniform
-from mmcomp_eval.task_config import TaskConfig, load_task_file, parse_generation_overrides
-from mmcomp_eval.task_index import TaskIndex
+from mmcomp_eval.config.task_config import TaskConfig, load_task_file, parse_generation_overrides
+from mmcomp_eval.tasks.index import TaskIndex
 
 from user_task import USER_TASK, make_user_tasks, run_cli
 
@@ -330,8 +330,8 @@ def test_greedy_seeds_share_answers_of_identical_prompts(tiny_llama_dir, tmp_pat
 
 def test_requests_carry_the_seed_only_when_sampling(tmp_path):
     from mmcomp_eval.api.document import Document
-    from mmcomp_eval.evaluator import PreparedTask, requests_for
-    from mmcomp_eval.prompting import RenderedPrompt
+    from mmcomp_eval.evaluation.evaluator import PreparedTask, requests_for
+    from mmcomp_eval.tasks.prompting import RenderedPrompt
 
     task = load_task_file(_task_file(tmp_path, ""))
     doc = Document("d0", {"word": "a", "answer": "a"})

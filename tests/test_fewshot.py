@@ -9,7 +9,7 @@ import pytest
 
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.fewshot import ShotExclusion, build_sampler, sampler_options
+from mmcomp_eval.tasks.fewshot import ShotExclusion, build_sampler, sampler_options
 from user_task import USER_TASK, make_user_tasks, run_cli
 
 

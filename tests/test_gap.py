@@ -15,13 +15,13 @@ import pytest
 
 from mmcomp_eval.api.model import Model
 from mmcomp_eval.cli import main
-from mmcomp_eval.compare import gap_table, load_runs
+from mmcomp_eval.evaluation.compare import gap_table, load_runs
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.evaluator import RunOptions, run
+from mmcomp_eval.evaluation.evaluator import RunOptions, run
 from mmcomp_eval.metrics.bleu import Bleu
-from mmcomp_eval.report import markdown_table
-from mmcomp_eval.results import ResultWriter
-from mmcomp_eval.task_index import BUILTIN_TASKS, TaskIndex
+from mmcomp_eval.evaluation.report import markdown_table
+from mmcomp_eval.evaluation.results import ResultWriter
+from mmcomp_eval.tasks.index import BUILTIN_TASKS, TaskIndex
 
 from user_task import USER_TEMPLATE, run_cli
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mmcomp_eval.task_index import TaskIndex
+from mmcomp_eval.tasks.index import TaskIndex
 from user_task import make_user_tasks, run_cli
 
 BUILTIN = sorted(TaskIndex.build().tasks)

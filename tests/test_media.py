@@ -22,8 +22,8 @@ from mmcomp_eval.media.video import (
     sample_uniform_frames,
     uniform_indices,
 )
-from mmcomp_eval.prompting import ImageRef, RenderedPrompt
-from mmcomp_eval.task_config import MediaConfig, TaskConfig, parse_task
+from mmcomp_eval.tasks.prompting import ImageRef, RenderedPrompt
+from mmcomp_eval.config.task_config import MediaConfig, TaskConfig, parse_task
 
 
 def nearest_frame(image, video_index: int, candidates) -> int:
@@ -223,7 +223,7 @@ def test_media_section_is_validated():
 
 def test_shipped_idefics_task_has_a_media_section():
     from mmcomp_eval.paths import REPO_ROOT
-    from mmcomp_eval.task_config import load_task_file
+    from mmcomp_eval.config.task_config import load_task_file
 
     task = load_task_file(REPO_ROOT / "tasks" / "compact_nup_idefics.yaml")
     assert task.requires_images and task.prompt.template == "compact_idefics.jinja" and task.fewshot.k == 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.model_args import coerce_kwargs, parse_model_args
+from mmcomp_eval.config.model_args import coerce_kwargs, parse_model_args
 from mmcomp_eval.models import MODELS, ModelSpec
 from mmcomp_eval.models.hf import HFCausalLM
 

@@ -10,7 +10,7 @@ import pytest
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.cli import main
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.prompting import PromptTemplate
+from mmcomp_eval.tasks.prompting import PromptTemplate
 
 from user_task import USER_TASK, USER_TEMPLATE
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from mmcomp_eval.cli import main
-from mmcomp_eval.parallel import ProcessInfo, current
+from mmcomp_eval.runtime.parallel import ProcessInfo, current
 
 from user_task import USER_TASK, USER_TEMPLATE
 

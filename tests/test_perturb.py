@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from mmcomp_eval.cli import main
-from mmcomp_eval.documents import DataContext, load_documents
+from mmcomp_eval.tasks.loaders import DataContext, load_documents
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.perturb import (KINDS, VocabularySource, dataset_vocabulary, load_lexicon, load_spacy,
                                  parse_captions, perturb_captions)
 from mmcomp_eval.perturb.lexicon import find_wordnet
 from mmcomp_eval.perturb.vocab_source import build_counts
-from mmcomp_eval.task_config import load_task_file
+from mmcomp_eval.config.task_config import load_task_file
 
 EXAMPLE = "a guy wearing a red shirt drives a car while talking"
 #: a small corpus whose nouns and verbs are the whole replacement vocabulary

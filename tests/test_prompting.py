@@ -6,8 +6,8 @@ import pytest
 
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.prompting import IMAGE_PLACEHOLDER, PromptTemplate
-from mmcomp_eval.task_index import BUILTIN_PROMPTS
+from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER, PromptTemplate
+from mmcomp_eval.tasks.index import BUILTIN_PROMPTS
 
 
 def cdoc(i, narrations):

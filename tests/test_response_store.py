@@ -12,9 +12,9 @@ import pytest
 
 from mmcomp_eval.api.model import Model
 from mmcomp_eval.api.request import ChatMessage, GenerationRequest, GenerationSettings, LoglikelihoodRequest
-from mmcomp_eval.caching_model import CachingModel, cache_identity
+from mmcomp_eval.runtime.caching_model import CachingModel, cache_identity
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.response_store import CHECKED_FILE, ResponseStore, model_key, request_key
+from mmcomp_eval.runtime.response_store import CHECKED_FILE, ResponseStore, model_key, request_key
 
 from disk_faults import fill, small_disk
 from user_task import USER_TASK, WORDS, make_user_tasks, run_cli
@@ -97,7 +97,7 @@ def test_store_wal_first_answer_wins_and_floats_round_trip(tmp_path):
 
 WRITER = """
 import sys, time
-from mmcomp_eval.response_store import ResponseStore
+from mmcomp_eval.runtime.response_store import ResponseStore
 start = float(sys.argv[3])
 time.sleep(max(0.0, start - time.time()))  # all processes open the new store at the same moment
 store = ResponseStore(sys.argv[1])

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from mmcomp_eval import atomic_files
+from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.api.model import Model
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.evaluator import RunOptions, run
-from mmcomp_eval.results import ResultWriter
-from mmcomp_eval.task_index import TaskIndex
+from mmcomp_eval.evaluation.evaluator import RunOptions, run
+from mmcomp_eval.evaluation.results import ResultWriter
+from mmcomp_eval.tasks.index import TaskIndex
 
 from disk_faults import fill, read_only_folder, small_disk
 from user_task import USER_TASK, USER_TEMPLATE, WORDS, run_cli
@@ -125,7 +125,7 @@ def test_full_disk_keeps_the_previous_pair_and_says_free_space(tasks, tmp_path):
 @pytest.fixture
 def holder(tmp_path):
     """Another process holding the lock on tmp_path/out, as a running evaluation would."""
-    code = ("import sys; from mmcomp_eval.output_lock import OutputLock; from pathlib import Path; "
+    code = ("import sys; from mmcomp_eval.runtime.output_lock import OutputLock; from pathlib import Path; "
             "Path(sys.argv[1]).mkdir(); OutputLock.acquire(Path(sys.argv[1])); print('locked', flush=True); "
             "sys.stdin.read()")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "out"), "--pretend", "evaluation"],

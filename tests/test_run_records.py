@@ -16,12 +16,12 @@ import statistics
 import numpy as np
 import pytest
 
-from mmcomp_eval.aggregate import aggregate
+from mmcomp_eval.evaluation.aggregate import aggregate
 from mmcomp_eval.api.model import Model
-from mmcomp_eval.evaluator import RunOptions, run
+from mmcomp_eval.evaluation.evaluator import RunOptions, run
 from mmcomp_eval.metrics.bleu import Bleu
-from mmcomp_eval.results import ResultWriter
-from mmcomp_eval.task_index import TaskIndex
+from mmcomp_eval.evaluation.results import ResultWriter
+from mmcomp_eval.tasks.index import TaskIndex
 
 from user_task import USER_TASK, USER_TEMPLATE
 

@@ -7,8 +7,8 @@ import textwrap
 import pytest
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.task_config import TaskConfig, load_task_file
-from mmcomp_eval.task_index import TaskIndex
+from mmcomp_eval.config.task_config import TaskConfig, load_task_file
+from mmcomp_eval.tasks.index import TaskIndex
 
 BASE = """
 task: my_task

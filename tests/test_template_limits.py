@@ -12,8 +12,8 @@ import pytest
 
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.prompting import PromptTemplate
-from mmcomp_eval.task_index import BUILTIN_PROMPTS
+from mmcomp_eval.tasks.prompting import PromptTemplate
+from mmcomp_eval.tasks.index import BUILTIN_PROMPTS
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = Document("doc-7", {"id": "doc-7", "word": "knife", "frame": 123_456_789, "long": "ab" * 1_000_000})
@@ -52,7 +52,7 @@ resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))   # 1 GiB: a broken c
 signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("over 20 s")))
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.prompting import PromptTemplate
+from mmcomp_eval.tasks.prompting import PromptTemplate
 folder = Path(sys.argv[1])
 doc = Document("doc-7", {"id": "doc-7", "long": "a" * 2_000_000})
 for path in sorted(folder.glob("*.jinja")):
@@ -113,7 +113,7 @@ def test_max_chars_caps_the_rendered_prompt(tmp_path):
 
 
 def test_max_chars_is_a_task_option(tmp_path):
-    from mmcomp_eval.task_config import DEFAULT_MAX_PROMPT_CHARS, load_task_file
+    from mmcomp_eval.config.task_config import DEFAULT_MAX_PROMPT_CHARS, load_task_file
 
     base = textwrap.dedent("""
         task: t

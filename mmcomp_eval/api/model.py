@@ -10,13 +10,13 @@ from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.request import GenerationRequest, LoglikelihoodRequest
 
 if TYPE_CHECKING:
-    from mmcomp_eval.task_config import TaskConfig
+    from mmcomp_eval.config.task_config import TaskConfig
 
 ProgressCallback = Callable[[int], None]  # called with the number of requests just finished
 #: ``on_result(i, answer)``: request ``i`` is finished. Optional: an adapter
 #: whose ``generate``/``loglikelihood`` accept an ``on_result`` keyword lets
 #: the response store commit each answer the moment it exists (see
-#: ``mmcomp_eval.caching_model``); adapters without it still work, batch by batch.
+#: ``mmcomp_eval.runtime.caching_model``); adapters without it still work, batch by batch.
 ResultCallback = Callable[[int, Any], None]
 
 
@@ -24,7 +24,7 @@ class Model(ABC):
     """A model answers batches of requests.
 
     Adapters receive their arguments already parsed (see
-    ``mmcomp_eval.model_args``) as keyword arguments of ``__init__``.
+    ``mmcomp_eval.config.model_args``) as keyword arguments of ``__init__``.
     ``fingerprint`` identifies everything that can change an answer; it goes
     into results files and cache keys.
     """

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mmcomp_eval import atomic_files, paths
+from mmcomp_eval import paths
+
+from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.data import ek100
 from mmcomp_eval.data.compact_windows import WindowStats, build_windows, order_and_deduplicate
 from mmcomp_eval.data.mcd import atom_divergence, compound_divergence, mcd_split

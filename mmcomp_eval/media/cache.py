@@ -20,7 +20,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mmcomp_eval import atomic_files, paths
+from mmcomp_eval import paths
+
+from mmcomp_eval.runtime import atomic_files
 
 if TYPE_CHECKING:
     from PIL import Image

@@ -35,7 +35,7 @@ from mmcomp_eval.media.video import DECODES, MediaError
 
 if TYPE_CHECKING:
     from mmcomp_eval.api.request import GenerationRequest
-    from mmcomp_eval.task_config import MediaConfig, TaskConfig
+    from mmcomp_eval.config.task_config import MediaConfig, TaskConfig
 
 #: used for both frames and videos when a task's media section names neither
 MEDIA_DIR_ENV = "MMCOMP_MEDIA_DIR"

@@ -52,7 +52,7 @@ from mmcomp_eval.models import decoding
 from mmcomp_eval.models.hf import _bnb_config, _device, _guard, _resolve_pretrained
 from mmcomp_eval.models.idefics import VisionLanguageAdapter, torch_dtype
 from mmcomp_eval.models.registry import MODELS
-from mmcomp_eval.prompting import IMAGE_PLACEHOLDER
+from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER
 
 if TYPE_CHECKING:
     from torch import nn

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mmcomp_eval import atomic_files
+from mmcomp_eval.runtime import atomic_files
 
 log = logging.getLogger(__name__)
 

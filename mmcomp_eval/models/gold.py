@@ -21,7 +21,7 @@ from mmcomp_eval.api.model import Model, ProgressCallback
 from mmcomp_eval.api.request import GenerationRequest
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models.registry import MODELS
-from mmcomp_eval.task_config import TaskConfig
+from mmcomp_eval.config.task_config import TaskConfig
 
 
 class GoldAnswers(Model):

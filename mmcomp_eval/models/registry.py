@@ -16,7 +16,7 @@ from typing import Any
 
 from mmcomp_eval.api.model import Model
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.model_args import coerce_kwargs, parse_model_args
+from mmcomp_eval.config.model_args import coerce_kwargs, parse_model_args
 from mmcomp_eval.registry import Registry
 
 

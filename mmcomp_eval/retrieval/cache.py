@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from mmcomp_eval import atomic_files
+from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.paths import cache_dir
-from mmcomp_eval.results import sha256_json
+from mmcomp_eval.evaluation.results import sha256_json
 
 
 def file_identity(path: str | Path) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mmcomp_eval import atomic_files
+from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.retrieval.metrics import mean_r1
 from mmcomp_eval.retrieval.runner import ORIGINAL, RECORD_KIND, RETRIEVAL_SCHEMA_VERSION

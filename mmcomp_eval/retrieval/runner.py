@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmcomp_eval import atomic_files
+from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.data.captions import CaptionDataset
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.results import git_commit, package_versions
+from mmcomp_eval.evaluation.results import git_commit, package_versions
 from mmcomp_eval.retrieval.metrics import DEFAULT_BLOCK_ELEMENTS, TIE_RULE, RetrievalScores, score_embeddings
 from mmcomp_eval.retrieval.models import RetrievalModel, VideoItem
 from mmcomp_eval.textfiles import read_text

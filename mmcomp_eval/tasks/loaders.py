@@ -16,7 +16,7 @@ from mmcomp_eval.api.document import Document
 from mmcomp_eval.data.captions import register_task_loaders
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.registry import Registry
-from mmcomp_eval.task_config import TaskConfig
+from mmcomp_eval.config.task_config import TaskConfig
 from mmcomp_eval.textfiles import json_error, read_text
 
 

@@ -12,7 +12,7 @@ compositional task in ``in_domain_of`` (``tasks/compact_nup_random.yaml``:
 ``in_domain_of: compact_nup``). The sign is fixed: gap = in-domain minus
 compositional, so a positive gap is what the paper reports (worse on novel
 compositions). The two test sets hold different documents, so the interval
-is an unpaired bootstrap (:func:`mmcomp_eval.bootstrap.unpaired`): each
+is an unpaired bootstrap (:func:`mmcomp_eval.evaluation.bootstrap.unpaired`): each
 side's documents resampled on their own, each side's value the mean over the
 run's seeds on the resampled documents (the same indices for every seed of
 that side). The interval is therefore about document sampling for these
@@ -25,9 +25,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mmcomp_eval import bootstrap
+from mmcomp_eval.evaluation import bootstrap
 from mmcomp_eval.errors import UserError, did_you_mean
-from mmcomp_eval.task_config import TaskConfig
+from mmcomp_eval.config.task_config import TaskConfig
 
 DEFINITION = "in_domain - compositional"
 LEVEL = 0.95

@@ -17,20 +17,24 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from mmcomp_eval import bootstrap, gap, parallel
-from mmcomp_eval.aggregate import aggregate
+from mmcomp_eval.evaluation import bootstrap
+
+from mmcomp_eval.evaluation import gap
+
+from mmcomp_eval.runtime import parallel
+from mmcomp_eval.evaluation.aggregate import aggregate
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.model import Model
 from mmcomp_eval.api.request import DEFAULT_SETTINGS, SAMPLING_FIELDS, GenerationRequest, LoglikelihoodRequest
-from mmcomp_eval.documents import DataContext, load_documents
+from mmcomp_eval.tasks.loaders import DataContext, load_documents
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.fewshot import ShotExclusion, build_sampler, sampler_options
+from mmcomp_eval.tasks.fewshot import ShotExclusion, build_sampler, sampler_options
 from mmcomp_eval.media.resolver import TaskMedia
-from mmcomp_eval.prompting import PromptTemplate, RenderedPrompt
-from mmcomp_eval.responses import parse_generation, parse_ranking
-from mmcomp_eval.results import ResultWriter, RunRecord, sha256_json
-from mmcomp_eval.task_config import TaskConfig, parse_generation_overrides
-from mmcomp_eval.task_index import TaskIndex, find_template
+from mmcomp_eval.tasks.prompting import PromptTemplate, RenderedPrompt
+from mmcomp_eval.tasks.responses import parse_generation, parse_ranking
+from mmcomp_eval.evaluation.results import ResultWriter, RunRecord, sha256_json
+from mmcomp_eval.config.task_config import TaskConfig, parse_generation_overrides
+from mmcomp_eval.tasks.index import TaskIndex, find_template
 
 
 @dataclass(frozen=True)

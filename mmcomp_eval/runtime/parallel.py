@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.output_lock import OutputLock
+from mmcomp_eval.runtime.output_lock import OutputLock
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,12 @@ def current() -> ProcessInfo:
 def answer_shard(model, work: Sequence[tuple[str, list, dict]], info: ProcessInfo, poll_s: float = 0.5) -> None:
     """Answer this process's share of every request list; process 0 then waits for the rest.
 
-    ``model`` is a :class:`~mmcomp_eval.caching_model.CachingModel`; ``work``
+    ``model`` is a :class:`~mmcomp_eval.runtime.caching_model.CachingModel`; ``work``
     holds ``(kind, requests, extra)`` as from ``evaluator.requests_for``: kind
     is ``generate`` or ``loglikelihood``, ``extra`` holds per-request
     arguments (``images``) that are sliced like the requests.
     """
-    from mmcomp_eval.caching_model import CachingModel, _Subset
+    from mmcomp_eval.runtime.caching_model import CachingModel, _Subset
 
     if not isinstance(model, CachingModel):
         raise UserError("data-parallel runs pass answers through the response store; drop --no-cache")

@@ -13,7 +13,7 @@ from pathlib import Path
 from mmcomp_eval import plugins
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.paths import REPO_ROOT
-from mmcomp_eval.task_config import GroupConfig, TaskConfig, load_task_file
+from mmcomp_eval.config.task_config import GroupConfig, TaskConfig, load_task_file
 
 BUILTIN_TASKS = REPO_ROOT / "tasks"
 BUILTIN_PROMPTS = REPO_ROOT / "prompts"

@@ -31,7 +31,7 @@ DEFAULT_MAX_PROMPT_CHARS = 1_000_000
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    #: a dataset loader registered in ``mmcomp_eval.documents`` (``compact``, ``jsonl``)
+    #: a dataset loader registered in ``mmcomp_eval.tasks.loaders`` (``compact``, ``jsonl``)
     name: str
     #: loader options, e.g. ``split_kind: random`` for compact or ``path`` for jsonl
     options: dict = field(default_factory=dict)
@@ -128,7 +128,7 @@ class TaskConfig:
     #: perturb a field of the evaluation documents
     perturbation: PerturbationConfig | None = None
     #: this task is the in-domain (random split) twin of the named compositional
-    #: task: a run of both reports the gap between them (``mmcomp_eval.gap``).
+    #: task: a run of both reports the gap between them (``mmcomp_eval.evaluation.gap``).
     #: Declared on the in-domain side because that file includes the
     #: compositional one, which would otherwise pass the link on to its twin.
     in_domain_of: str | None = None

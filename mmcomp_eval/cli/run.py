@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from mmcomp_eval.documents import DataContext
+from mmcomp_eval.tasks.loaders import DataContext
 from mmcomp_eval.errors import UserError
 
 
@@ -88,14 +88,14 @@ def _data(args) -> DataContext:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mmcomp_eval import parallel
-    from mmcomp_eval.evaluator import RunOptions, run, with_generation_overrides
-    from mmcomp_eval.model_args import parse_model_args
+    from mmcomp_eval.runtime import parallel
+    from mmcomp_eval.evaluation.evaluator import RunOptions, run, with_generation_overrides
+    from mmcomp_eval.config.model_args import parse_model_args
     from mmcomp_eval.models import create_model
-    from mmcomp_eval.report import markdown_table
-    from mmcomp_eval.results import ResultWriter
-    from mmcomp_eval.task_config import parse_generation_overrides
-    from mmcomp_eval.task_index import TaskIndex
+    from mmcomp_eval.evaluation.report import markdown_table
+    from mmcomp_eval.evaluation.results import ResultWriter
+    from mmcomp_eval.config.task_config import parse_generation_overrides
+    from mmcomp_eval.tasks.index import TaskIndex
 
     if args.num_processes != 1:
         return _launch(args)
@@ -130,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             model = create_model(args.model, model_args)
             info = {"name": args.model, "args": model_args, "fingerprint": model.fingerprint()}
             if store is not None:
-                from mmcomp_eval.caching_model import CachingModel, cache_identity
+                from mmcomp_eval.runtime.caching_model import CachingModel, cache_identity
 
                 model = CachingModel(model, store, cache_identity(model, model_args))
             record = run(tasks, model, info, opts, index, writer)
@@ -147,7 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _open_store(args, check: bool):
     from mmcomp_eval.paths import cache_dir
-    from mmcomp_eval.response_store import ResponseStore
+    from mmcomp_eval.runtime.response_store import ResponseStore
 
     return ResponseStore(args.cache_dir or cache_dir() / "responses", check=check)
 
@@ -156,7 +156,7 @@ def _model_args(args, offline: bool) -> dict:
     """--model-args, with --batch-size and offline mode folded in where the adapter takes them."""
     import inspect
 
-    from mmcomp_eval.model_args import parse_model_args
+    from mmcomp_eval.config.model_args import parse_model_args
     from mmcomp_eval.models import MODELS
 
     margs = parse_model_args(args.model_args)
@@ -174,7 +174,7 @@ def _model_args(args, offline: bool) -> dict:
 
 def _launch(args) -> int:
     """--num-processes N: the same command as N data-parallel processes."""
-    from mmcomp_eval import parallel
+    from mmcomp_eval.runtime import parallel
 
     if args.num_processes < 1:
         raise UserError(f"--num-processes {args.num_processes}: expected at least 1")
@@ -190,7 +190,7 @@ def _launch(args) -> int:
             skip = True
         elif not a.startswith("--num-processes="):
             argv.append(a)
-    from mmcomp_eval.results import ResultWriter
+    from mmcomp_eval.evaluation.results import ResultWriter
 
     # Checked once here, not by N processes each loading a model first; the lock is handed to process 0.
     with ResultWriter(args.output_path) as writer:
@@ -200,7 +200,7 @@ def _launch(args) -> int:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     if args.what == "tasks":
-        from mmcomp_eval.task_index import TaskIndex
+        from mmcomp_eval.tasks.index import TaskIndex
 
         index = TaskIndex.build(tuple(args.include_path))
         for name, t in sorted(index.tasks.items()):
@@ -225,11 +225,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from mmcomp_eval.documents import load_documents
-    from mmcomp_eval.fewshot import build_sampler
-    from mmcomp_eval.prompting import PromptTemplate
-    from mmcomp_eval.task_config import GroupConfig, load_task_file
-    from mmcomp_eval.task_index import find_template
+    from mmcomp_eval.tasks.loaders import load_documents
+    from mmcomp_eval.tasks.fewshot import build_sampler
+    from mmcomp_eval.tasks.prompting import PromptTemplate
+    from mmcomp_eval.config.task_config import GroupConfig, load_task_file
+    from mmcomp_eval.tasks.index import find_template
 
     cfg = load_task_file(args.file)
     if isinstance(cfg, GroupConfig):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.results import PARTIAL_RESULTS_FILE, PARTIAL_SAMPLES_FILE, RESULTS_FILE, SAMPLES_FILE
+from mmcomp_eval.evaluation.results import PARTIAL_RESULTS_FILE, PARTIAL_SAMPLES_FILE, RESULTS_FILE, SAMPLES_FILE
 
 _NOT_OURS = "is it a file written by `mmcomp-eval run`?"
 

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from mmcomp_eval import atomic_files
+from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.results import PARTIAL_RESULTS_FILE, RESULTS_FILE
+from mmcomp_eval.evaluation.results import PARTIAL_RESULTS_FILE, RESULTS_FILE
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from mmcomp_eval import compare
+    from mmcomp_eval.evaluation import compare
 
     if args.resamples < 100:
         raise UserError(f"--resamples {args.resamples}: use at least 100")

@@ -25,7 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mmcomp-eval {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    from mmcomp_eval import cli_compare, cli_data, cli_perturb, cli_retrieval, cli_run
+    from mmcomp_eval.cli import compare as cli_compare
+    from mmcomp_eval.cli import data as cli_data
+    from mmcomp_eval.cli import perturb as cli_perturb
+    from mmcomp_eval.cli import retrieval as cli_retrieval
+    from mmcomp_eval.cli import run as cli_run
 
     cli_run.add_parsers(sub)
     cli_data.add_parser(sub)

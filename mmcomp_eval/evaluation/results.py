@@ -30,9 +30,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mmcomp_eval import __version__, atomic_files
+from mmcomp_eval import __version__
+
+from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.output_lock import OutputLock
+from mmcomp_eval.runtime.output_lock import OutputLock
 from mmcomp_eval.paths import REPO_ROOT
 
 SCHEMA_VERSION = 1
@@ -75,7 +77,7 @@ class RunRecord:
     tasks: dict = field(default_factory=dict)
     #: the response store: path, model key, hits and misses (``{"enabled": false}`` with --no-cache)
     cache: dict = field(default_factory=lambda: {"enabled": False})
-    #: compositional gaps, one per twin pair whose both tasks ran (``mmcomp_eval.gap``), in the order they completed
+    #: compositional gaps, one per twin pair whose both tasks ran (``mmcomp_eval.evaluation.gap``), in the order they completed
     gaps: list = field(default_factory=list)
     created: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     command: list[str] = field(default_factory=lambda: list(sys.argv))

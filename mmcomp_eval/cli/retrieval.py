@@ -55,7 +55,7 @@ def _default_label(model: str, model_args: dict) -> str:
 
 def cmd_retrieval(args: argparse.Namespace) -> int:
     from mmcomp_eval.data.captions import load_caption_dataset
-    from mmcomp_eval.model_args import parse_model_args
+    from mmcomp_eval.config.model_args import parse_model_args
     from mmcomp_eval.perturb import resolve_kinds
     from mmcomp_eval.retrieval import runner
     from mmcomp_eval.retrieval.metrics import DEFAULT_BLOCK_ELEMENTS

@@ -29,7 +29,7 @@ from typing import Any
 
 from mmcomp_eval.api.model import Model, ProgressCallback
 from mmcomp_eval.api.request import GenerationRequest, LoglikelihoodRequest
-from mmcomp_eval.response_store import ResponseStore, model_key, request_key
+from mmcomp_eval.runtime.response_store import ResponseStore, model_key, request_key
 
 #: model arguments that never change an answer: left out of the key of
 #: adapters that do not define their own ``fingerprint``

@@ -8,12 +8,12 @@ refused with the task, the runs and the first concrete difference named
 (documents only one run has, or the first document whose prompt differs).
 
 Significance is a paired bootstrap over documents (see
-:mod:`mmcomp_eval.bootstrap`): both runs are rescored on the same
+:mod:`mmcomp_eval.evaluation.bootstrap`): both runs are rescored on the same
 resampled documents, corpus metrics such as BLEU recomputed on each, and the
 difference's percentile interval and two-sided p-value reported.
 
 The compositional gap of each run (in-domain minus compositional score, see
-:mod:`mmcomp_eval.gap`) is read from its results.json and shown per model.
+:mod:`mmcomp_eval.evaluation.gap`) is read from its results.json and shown per model.
 """
 
 from __future__ import annotations
@@ -24,10 +24,14 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmcomp_eval import atomic_files, bootstrap, run_files
+from mmcomp_eval.runtime import atomic_files
+
+from mmcomp_eval.evaluation import bootstrap
+
+from mmcomp_eval.evaluation import run_files
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.report import format_interval
+from mmcomp_eval.evaluation.report import format_interval
 
 FORMATS = ("md", "latex", "csv")
 

@@ -18,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mmcomp_eval import atomic_files
+from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.data.captions import load_caption_dataset
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.perturb.kinds import KINDS, UNCHANGED_WHEN

@@ -11,7 +11,7 @@ Templates call ``image(doc, i)`` to place the keyframe of clip ``i``; the
 call emits ``<image>`` and records which image goes there, so images always
 travel in prompt order. Undefined variables are errors (strict undefined),
 the sandbox blocks attribute access to Python internals and bounds what a
-template may build (``mmcomp_eval.template_sandbox``), and every failure
+template may build (``mmcomp_eval.tasks.template_sandbox``), and every failure
 while rendering -- a limit, ``{{ 1/0 }}``, a syntax error in an included
 file -- is one line naming the template file, its line and the document.
 """
@@ -29,8 +29,8 @@ from jinja2.loaders import split_template_path
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.request import ChatMessage
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.task_config import DEFAULT_MAX_PROMPT_CHARS
-from mmcomp_eval.template_sandbox import BoundedSandbox, TemplateLimitError
+from mmcomp_eval.config.task_config import DEFAULT_MAX_PROMPT_CHARS
+from mmcomp_eval.tasks.template_sandbox import BoundedSandbox, TemplateLimitError
 from mmcomp_eval.textfiles import read_text
 
 IMAGE_PLACEHOLDER = "<image>"

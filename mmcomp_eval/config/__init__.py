@@ -1,0 +1,3 @@
+"""Typed configuration read from users: task files (YAML -> frozen dataclasses) and
+``--model-args`` / ``--gen-kwargs`` strings.
+"""
