@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from mmcomp_eval.api.model import Model
+from mmcomp_eval.api.model import Model, ModelCapabilities
 from mmcomp_eval.evaluation.evaluator import RunOptions, prepare
 from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER as IMG
 from mmcomp_eval.config.task_config import DatasetConfig
@@ -81,8 +81,7 @@ class PromptsOnly(Model):
     """Takes image prompts without reading frames; never asked anything here."""
 
     name = "prompts-only"
-    accepts_images = True
-    reads_images = False
+    capabilities = ModelCapabilities(images=True, reads_images=False)
 
     def generate(self, requests, progress=None):  # pragma: no cover - prepare() asks nothing
         raise AssertionError("prepare() must not call the model")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from mmcomp_eval.api.model import Model
+from mmcomp_eval.api.model import Model, ModelCapabilities
 from mmcomp_eval.api.request import ChatMessage, GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.runtime.caching_model import CachingModel, cache_identity
 from mmcomp_eval.errors import UserError
@@ -36,6 +36,7 @@ class WordModel(Model):
         self.batch_size = batch_size
         self.crash_after = crash_after
         self.asked: list[str] = []
+        self.capabilities = ModelCapabilities(reports_each_result=callback)
         if not callback:  # an adapter written before on_result existed
             self.generate = self._generate_plain
 
@@ -59,9 +60,12 @@ class WordModel(Model):
     def _generate_plain(self, requests, progress=None):
         return [self._answer(r) for r in requests]
 
-    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest], progress=None):
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest], progress=None, on_result=None):
         self.asked += [r.context for r in requests]
-        return [[-len(c) / 3.0 for c in r.continuations] for r in requests]
+        out = [[-len(c) / 3.0 for c in r.continuations] for r in requests]
+        for i, scores in enumerate(out if on_result else ()):
+            on_result(i, scores)
+        return out
 
     def fingerprint(self):
         return {"name": self.name, "version": 1}
@@ -145,8 +149,8 @@ def test_only_misses_reach_the_model_and_a_crash_loses_only_what_was_in_flight(t
     store = ResponseStore(tmp_path)
     crashing = WordModel(crash_after=7, callback=callback)
     with pytest.raises(Crash):
-        CachingModel(crashing, store, crashing.fingerprint()).generate(reqs)
-    # batches of 3: the two finished batches are stored, the one in flight is lost
+        CachingModel(crashing, store, crashing.fingerprint(), unreported_chunk=3).generate(reqs)
+    # batches (or, without callbacks, chunks) of 3: the two finished are stored, the one in flight is lost
     assert store.count() == 6
 
     resumed = WordModel(callback=callback)

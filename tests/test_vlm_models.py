@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from mmcomp_eval.api.model import ModelCapabilities
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.cli import main
 from mmcomp_eval.errors import UserError
@@ -137,7 +138,7 @@ def test_idefics_end_to_end_few_shot_images_in_order_and_cached(env, tmp_path, c
 
 def test_idefics_prompt_assembly(env):
     model = create_model("idefics", idefics_args(env))
-    assert model.accepts_images and model.reads_images and model.max_images is None
+    assert model.capabilities == ModelCapabilities(images=True, reads_images=True, max_images=None)
     assert interleave("a <image> b <image>", ["I0", "I1"]) == ["a ", "I0", " b ", "I1"]
     with pytest.raises(UserError, match="2 <image> placeholders but 1 images"):
         interleave("a <image> b <image>", ["I0"])
@@ -164,7 +165,7 @@ def test_idefics_prompt_assembly(env):
     assert [int(mask[0, p].argmax()) for p in positions] == [0, 1, 2]
     assert mask[1, :, 1].sum() == 0  # no token of row 1 attends to the padding image
     text_only = create_model("idefics", idefics_args(env, images="false"))
-    assert text_only.reads_images is False and text_only.max_images is None
+    assert text_only.capabilities == ModelCapabilities(images=True, reads_images=False, max_images=None)
     assert strip_placeholders("take knife <image> . wash <image> =>") == "take knife . wash =>"
     req = GenerationRequest("r", "take knife <image> . wash <image> =>", images=("a#0", "a#1"))
     assert text_only._render(req) == "take knife . wash =>"

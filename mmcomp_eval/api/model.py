@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mmcomp_eval.api.document import Document
@@ -20,6 +21,37 @@ ProgressCallback = Callable[[int], None]  # called with the number of requests j
 ResultCallback = Callable[[int, Any], None]
 
 
+@dataclass(frozen=True)
+class ModelCapabilities:
+    """What a model can be asked, declared by the adapter instead of probed.
+
+    The evaluator and the response store read this record before sending
+    anything, so a task a model cannot run fails with one line before any
+    inference, and wrappers (the caching model) pass it on unchanged instead of
+    forwarding unknown attributes.
+    """
+
+    #: answers :class:`GenerationRequest` (``generate``)
+    generate: bool = True
+    #: answers :class:`LoglikelihoodRequest` (``loglikelihood``), needed by ``rank_choices`` tasks
+    loglikelihood: bool = False
+    #: accepts prompts with image placeholders (vision-language models)
+    images: bool = False
+    #: looks at the pixels of those images; False for a VLM run text-only (``images=false``), whose
+    #: prompts keep the task's layout but need no keyframes
+    reads_images: bool = False
+    #: most images one request may carry (None: no limit known)
+    max_images: int | None = None
+    #: answers from the document instead of a rendered prompt (baselines, ``gold``): no prompt is
+    #: rendered and no media loaded for it, and it answers every seed the same
+    reads_documents: bool = False
+    #: embeds captions and videos (retrieval models)
+    embeddings: bool = False
+    #: ``generate``/``loglikelihood`` take ``on_result`` and report each answer as it is finished, so
+    #: the response store can commit it at once; without it answers are stored batch by batch
+    reports_each_result: bool = False
+
+
 class Model(ABC):
     """A model answers batches of requests.
 
@@ -30,11 +62,9 @@ class Model(ABC):
     """
 
     name: str = "model"
-    #: whether the adapter can use images in requests
-    accepts_images: bool = False
-    #: whether the adapter answers from the document instead of a prompt (baselines, ``gold``): no
-    #: prompt is rendered and no media is loaded for it, and it answers every seed the same
-    uses_documents: bool = False
+    #: what this adapter can be asked; adapters whose abilities depend on their arguments
+    #: (``images=false``) set it per instance
+    capabilities: ModelCapabilities = ModelCapabilities()
 
     @abstractmethod
     def generate(
@@ -49,7 +79,7 @@ class Model(ABC):
         raise NotImplementedError(f"model '{self.name}' cannot score log-likelihoods")
 
     def predict_from_documents(self, docs: Sequence[Document], task: TaskConfig) -> list[str]:
-        """One answer per document, for adapters that read documents (``uses_documents``).
+        """One answer per document, for adapters that read documents (``capabilities.reads_documents``).
 
         The whole task config is passed because what to answer depends on it:
         MRH reads ``answer_kind``, ``gold`` the ``target_field``.
@@ -58,3 +88,7 @@ class Model(ABC):
 
     def fingerprint(self) -> dict[str, Any]:
         return {"name": self.name}
+
+    def cache_report(self) -> dict[str, Any]:
+        """What results.json records under ``cache``: no response store unless a wrapper provides one."""
+        return {"enabled": False}

@@ -113,7 +113,7 @@ def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) 
     if not docs:
         raise UserError(f"task {task.task}: split '{split}' has no documents")
     k = task.fewshot.k if opts.shots is None else opts.shots
-    if model.uses_documents:
+    if model.capabilities.reads_documents:
         return PreparedTask(task, split, docs, 0, None, {}, {s: [[] for _ in docs] for s in opts.seeds})
     template = PromptTemplate(find_template(task, index.search_dirs), max_chars=task.prompt.max_chars)
     sampler_name = opts.sampler or task.fewshot.sampler
@@ -131,15 +131,15 @@ def prepare(task: TaskConfig, model: Model, opts: RunOptions, index: TaskIndex) 
         prompts[seed] = [template.render(d, [pool[i] for i in row], task.prompt.instruction,
                                          chat=opts.apply_chat_template) for d, row in zip(docs, picks)]
     n_images = max(len(p.images) for ps in prompts.values() for p in ps)
-    if n_images and not model.accepts_images:
+    if n_images and not model.capabilities.images:
         raise UserError(f"task {task.task} puts {n_images} images in its prompts but model '{model.name}' is "
                         "text-only; use a vision-language model or a text-only template")
-    max_images = getattr(model, "max_images", None)
+    max_images = model.capabilities.max_images
     if n_images and max_images is not None and n_images > max_images:
         raise UserError(f"task {task.task}: prompts hold up to {n_images} images but model '{model.name}' "
                         f"takes at most {max_images}; use fewer shots")
     media = None
-    if n_images and getattr(model, "reads_images", True):  # a VLM run text-only (images=false) needs no frames
+    if n_images and model.capabilities.reads_images:  # a VLM run text-only (images=false) needs no frames
         media = TaskMedia.materialise(task, docs, pool, prompts, progress=opts.progress)
         keep = [i for i, d in enumerate(docs) if d.id not in media.skipped]
         if not keep:
@@ -185,7 +185,7 @@ def requests_for(prepared: PreparedTask, seed: int) -> tuple[str, list, dict]:
 def predict(prepared: PreparedTask, model: Model, seed: int, progress: bool) -> tuple[list[str], list[str]]:
     """(raw outputs, parsed predictions) for one seed."""
     task = prepared.config
-    if model.uses_documents:
+    if model.capabilities.reads_documents:
         preds = model.predict_from_documents(prepared.docs, task)
         return preds, preds
     kind, reqs, extra = requests_for(prepared, seed)
@@ -237,7 +237,7 @@ def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOp
     resources = metric_resources(tasks, opts)
     metrics = {t.task: build_metrics(t, resources) for t in tasks}
     proc = parallel.current()
-    if proc.world_size > 1 and not model.uses_documents:
+    if proc.world_size > 1 and not model.capabilities.reads_documents:
         parallel.answer_shard(model, [requests_for(p, s) for p in prepared for s in opts.seeds], proc)
     if not proc.is_main:
         return None
@@ -257,7 +257,7 @@ def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOp
         stats = bootstrap.task_statistics(p.config, p.docs, seed_runs, resources)
         record.tasks[p.config.task] = _task_record(p, per_seed, details, opts, bootstrap.task_stderr(stats, len(p.docs)))
         record.gaps += gaps.add(p.config.task, gap.TaskScores(len(p.docs), per_seed, stats))
-        record.cache = model.cache_report() if hasattr(model, "cache_report") else {"enabled": False}
+        record.cache = model.cache_report()
         writer.write_results(record)
     return record
 

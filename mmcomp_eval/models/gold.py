@@ -5,7 +5,7 @@ itself, every metric must reach its maximum (EM, BLEU, category accuracy and
 BERTScore 100), so a task whose gold run scores less has a metric or data
 problem, never a model problem. No network, no weights.
 
-It answers from the document (``uses_documents``), so no prompt is rendered
+It answers from the document (``capabilities.reads_documents``), so no prompt is rendered
 and no keyframe is read: image tasks such as ``compact_nup_idefics`` run
 without any frames, on all of their documents. The answer is
 ``str(document[target_field])``, exactly the string the metrics receive as
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mmcomp_eval.api.document import Document
-from mmcomp_eval.api.model import Model, ProgressCallback
+from mmcomp_eval.api.model import Model, ModelCapabilities, ProgressCallback
 from mmcomp_eval.api.request import GenerationRequest
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models.registry import MODELS
@@ -26,7 +26,7 @@ from mmcomp_eval.config.task_config import TaskConfig
 
 class GoldAnswers(Model):
     name = "gold"
-    uses_documents = True
+    capabilities = ModelCapabilities(generate=False, reads_documents=True)
 
     def generate(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None) -> list[str]:
         raise UserError("model 'gold' answers from documents, not prompts; run it through a task")

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmcomp_eval.api.model import Model, ProgressCallback, ResultCallback
+from mmcomp_eval.api.model import Model, ModelCapabilities, ProgressCallback, ResultCallback
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding, gguf_cache
@@ -45,6 +45,7 @@ class HFCausalLM(Model):
     """A ``transformers`` causal LM, from the Hub, a local folder or a GGUF file."""
 
     name = "hf"
+    capabilities = ModelCapabilities(generate=True, loglikelihood=True, reports_each_result=True)
 
     def __init__(
         self,

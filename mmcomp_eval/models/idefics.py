@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmcomp_eval.api.model import Model, ProgressCallback
+from mmcomp_eval.api.model import Model, ModelCapabilities, ProgressCallback
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding
@@ -83,11 +83,6 @@ class VisionLanguageAdapter(Model):
     :meth:`_render` (the model's prompt text for one request).
     """
 
-    accepts_images = True
-    #: False when run text-only (``images=false``): the evaluator then reads no frames
-    reads_images = True
-    #: the most images one prompt may hold (None: no limit); the evaluator checks it before any work
-    max_images: int | None = None
 
     def _init_common(self, images: bool, max_images: int | None, batch_size: int) -> None:
         if batch_size < 1:
@@ -96,6 +91,9 @@ class VisionLanguageAdapter(Model):
             raise UserError(f"model argument max_images={max_images} must be at least 1")
         self.reads_images = bool(images)
         self.max_images = max_images if images else None
+        # text-only runs (images=false) keep the image tasks' prompts but read no frames
+        self.capabilities = ModelCapabilities(generate=True, images=True, reads_images=self.reads_images,
+                                              max_images=self.max_images)
         self.batch_size = batch_size
 
     def generate(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mmcomp_eval.api.document import Document
-from mmcomp_eval.api.model import Model, ProgressCallback
+from mmcomp_eval.api.model import Model, ModelCapabilities, ProgressCallback
 from mmcomp_eval.api.request import GenerationRequest
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models.registry import MODELS
@@ -31,7 +31,7 @@ def mrh_prediction(fields, answer_kind: str) -> str:
 
 class MostRecentHeuristic(Model):
     name = "mrh"
-    uses_documents = True
+    capabilities = ModelCapabilities(generate=False, reads_documents=True)
 
     def generate(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None) -> list[str]:
         raise UserError("model 'mrh' reads CompAct documents, not prompts; use it with a compact_* task")

@@ -23,7 +23,6 @@ object offers it (content-addressed cache names), else a hash of the pixels.
 from __future__ import annotations
 
 import hashlib
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,30 +49,23 @@ def cache_identity(model: Model, args: dict[str, Any]) -> dict[str, Any]:
     return fp
 
 
-def _takes_on_result(method: Callable) -> bool:
-    try:
-        return "on_result" in inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return False
+#: requests per call for adapters that do not report each answer as it is finished: their answers
+#: are stored after every chunk, so a crash loses at most one chunk
+UNREPORTED_CHUNK = 32
 
 
 class CachingModel(Model):
-    def __init__(self, inner: Model, store: ResponseStore, identity: dict[str, Any]):
+    def __init__(self, inner: Model, store: ResponseStore, identity: dict[str, Any],
+                 unreported_chunk: int = UNREPORTED_CHUNK):
         self.inner = inner
+        self.unreported_chunk = unreported_chunk
         self.store = store
         self.name = inner.name
-        self.accepts_images = inner.accepts_images
-        self.uses_documents = inner.uses_documents
+        self.capabilities = inner.capabilities
         self.model_key = model_key(identity)
         self.hits = 0
         self.misses = 0
         store.register_model(self.model_key, identity)
-
-    def __getattr__(self, name: str) -> Any:
-        # adapter extras the evaluator probes with getattr (max_images, ...)
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     def fingerprint(self) -> dict[str, Any]:
         return self.inner.fingerprint()
@@ -125,14 +117,13 @@ class CachingModel(Model):
             self.store.put(self.model_key, keys[i], kind, value)
             out[keys[i]] = value
 
-        if _takes_on_result(call):
+        if self.capabilities.reports_each_result:
             values = call(send, progress=progress, on_result=on_result, **extra)
             for i, v in enumerate(values):  # adapters that report only some results
                 if keys[i] not in out:
                     on_result(i, v)
             return out
-        size = getattr(self.inner, "batch_size", 1)
-        size = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 1
+        size = self.unreported_chunk
         for start in range(0, len(send), size):
             chunk = {k: _Subset(v, range(start, min(start + size, len(send)))) for k, v in extra.items()}
             for j, v in enumerate(call(send[start : start + size], progress=progress, **chunk)):
