@@ -9,6 +9,7 @@ top-level folders directly, which stay the one place they are edited.
 Everything else about the package is declared in ``pyproject.toml``.
 """
 
+import shutil
 from pathlib import Path
 
 from setuptools import setup
@@ -22,13 +23,15 @@ class BuildPyWithBuiltins(build_py):
         super().run()
         if self.editable_mode:
             return
+        shipped = Path(self.build_lib, "mmcomp_eval", "_builtin")
+        shutil.rmtree(shipped, ignore_errors=True)  # a task deleted since an earlier build must not ship
         for folder in BUILTIN_FOLDERS:
             src_root = Path(folder)
             for src in sorted(src_root.rglob("*")):
                 rel = src.relative_to(src_root)
                 if not src.is_file() or any(p.startswith(".") or p == "__pycache__" for p in rel.parts):
                     continue
-                dest = Path(self.build_lib, "mmcomp_eval", "_builtin", folder, rel)
+                dest = shipped / folder / rel
                 self.mkpath(str(dest.parent))
                 self.copy_file(str(src), str(dest))
 
