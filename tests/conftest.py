@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,34 @@ def write_annotations(path: Path, rows: list[dict], columns=ANNOTATION_COLUMNS) 
         w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
+
+
+def write_synthetic_ek100(d, n_videos=40, clips=30, seed=0, overlapping_phrases=False):
+    """Random but plausible videos over the hand-made classes, enough for an MCD split.
+
+    ``overlapping_phrases``: every narration ends in "clip top jar", annotated as the
+    nouns ``top:clip`` and ``jar:top`` (as EK-100's P03_123_62 is): two phrases of
+    equal length that overlap, so only one of them can be joined with "_".
+    """
+    d.mkdir()
+    write_classes(d)
+    rnd = random.Random(seed)
+    rows = []
+    for v in range(n_videos):
+        video = f"P{10 + v // 10:02d}_{v % 10 + 1:02d}"
+        nouns = rnd.sample(range(len(NOUN_CLASSES)), 3)
+        for i in range(clips):
+            vc = rnd.randrange(len(VERB_CLASSES))
+            nc = rnd.choice(nouns)
+            verb, noun = VERB_CLASSES[vc][1], NOUN_CLASSES[nc][1]
+            row = annotation_row(video, i, f"{verb} {noun.split(':')[-1]} {i}", verb, vc, noun, nc)
+            if overlapping_phrases:
+                row["narration"] += " clip top jar"
+                row["all_nouns"] = str([noun, "top:clip", "jar:top"])
+            rows.append(row)
+    write_annotations(d / "EPIC_100_train.csv", rows)
+    write_annotations(d / "EPIC_100_validation.csv", [])
+    return d
 
 
 @pytest.fixture

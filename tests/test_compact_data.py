@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import annotation_row, write_annotations
+from conftest import annotation_row, write_annotations, write_synthetic_ek100
 from mmcomp_eval.data import ek100
 from mmcomp_eval.data.compact_build import BuildParams, build_compact, load_split
 from mmcomp_eval.data.compact_windows import (
@@ -125,38 +125,8 @@ def test_missing_file_and_offline_download_errors(tmp_path, monkeypatch):
         ek100.locate(None, offline=True)
 
 
-def _synthetic_ek100(d, n_videos=40, clips=30, seed=0, overlapping_phrases=False):
-    """Random but plausible videos over the hand-made classes, enough for an MCD split.
-
-    ``overlapping_phrases``: every narration ends in "clip top jar", annotated as the
-    nouns ``top:clip`` and ``jar:top`` (as EK-100's P03_123_62 is): two phrases of
-    equal length that overlap, so only one of them can be joined with "_".
-    """
-    import random
-    from conftest import NOUN_CLASSES, VERB_CLASSES, write_classes
-    d.mkdir()
-    write_classes(d)
-    rnd = random.Random(seed)
-    rows = []
-    for v in range(n_videos):
-        video = f"P{10 + v // 10:02d}_{v % 10 + 1:02d}"
-        nouns = rnd.sample(range(len(NOUN_CLASSES)), 3)
-        for i in range(clips):
-            vc = rnd.randrange(len(VERB_CLASSES))
-            nc = rnd.choice(nouns)
-            verb, noun = VERB_CLASSES[vc][1], NOUN_CLASSES[nc][1]
-            row = annotation_row(video, i, f"{verb} {noun.split(':')[-1]} {i}", verb, vc, noun, nc)
-            if overlapping_phrases:
-                row["narration"] += " clip top jar"
-                row["all_nouns"] = str([noun, "top:clip", "jar:top"])
-            rows.append(row)
-    write_annotations(d / "EPIC_100_train.csv", rows)
-    write_annotations(d / "EPIC_100_validation.csv", [])
-    return d
-
-
 def test_build_is_deterministic_disjoint_cached(tmp_path):
-    d = _synthetic_ek100(tmp_path / "ek")
+    d = write_synthetic_ek100(tmp_path / "ek")
     params = BuildParams(seed=3, target_size=300, min_compound_divergence=0.0, max_atom_divergence=0.1)
     a = build_compact(d, params, cache_root=tmp_path / "c1")
     b = build_compact(d, params, cache_root=tmp_path / "c2")
@@ -216,7 +186,7 @@ def test_overlapping_phrases_keep_the_annotation_order():
 
 def test_build_is_byte_identical_under_any_hash_seed(tmp_path):
     """Two processes with different PYTHONHASHSEED build the same files (set order once decided a `trg`)."""
-    d = _synthetic_ek100(tmp_path / "ek", n_videos=12, overlapping_phrases=True)
+    d = write_synthetic_ek100(tmp_path / "ek", n_videos=12, overlapping_phrases=True)
     outputs = []
     for hash_seed in ("1", "2"):  # these two order {"clip top", "top jar"} differently
         out = tmp_path / f"out{hash_seed}"
@@ -255,7 +225,7 @@ def test_reference_windows_identical_under_any_hash_seed(reference_ek100):
 
 def test_heldout_split_choice(tmp_path):
     """`random` halves the held-out side afterwards (the paper); `greedy` (default) is another greedy run."""
-    d = _synthetic_ek100(tmp_path / "ek")
+    d = write_synthetic_ek100(tmp_path / "ek")
     base = {"seed": 3, "target_size": 300, "max_atom_divergence": 0.1}
     greedy = build_compact(d, BuildParams(**base), cache_root=tmp_path / "c")
     halved = build_compact(d, BuildParams(**base, heldout_split="random"), cache_root=tmp_path / "c")
@@ -270,7 +240,7 @@ def test_heldout_split_choice(tmp_path):
 
 
 def test_failed_build_leaves_no_cache_entry(tmp_path):
-    d = _synthetic_ek100(tmp_path / "ek", n_videos=2, clips=10)
+    d = write_synthetic_ek100(tmp_path / "ek", n_videos=2, clips=10)
     with pytest.raises(UserError, match="--target-size"):
         build_compact(d, BuildParams(target_size=10_000), cache_root=tmp_path / "c")
     assert list((tmp_path / "c").glob("*")) == [] if (tmp_path / "c").exists() else True

@@ -35,7 +35,7 @@ from mmcomp_eval import __version__
 from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.runtime.output_lock import OutputLock
-from mmcomp_eval.paths import REPO_ROOT
+from mmcomp_eval.paths import source_checkout
 
 SCHEMA_VERSION = 1
 RESULTS_FILE = "results.json"
@@ -50,12 +50,25 @@ def sha256_json(obj: Any) -> str:
 
 
 def git_commit() -> str | None:
+    """The commit of the source checkout this code runs from; None for an installed copy.
+
+    Only a checkout that is itself the top of a git repository counts: an
+    installed wheel (in a virtualenv inside some other repository, say) or a
+    copy of the sources vendored into another repository would otherwise
+    report a commit that says nothing about this code.
+    """
+    root = source_checkout()
+    if root is None:
+        return None
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    lines = out.stdout.splitlines()
+    if out.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != root:
+        return None
+    return lines[1]
 
 
 def package_versions() -> dict[str, str | None]:

@@ -1,5 +1,9 @@
 """Finding tasks: the built-in ``tasks/`` folder plus folders users name.
 
+The built-in folders are the repository's top-level ``tasks/`` and
+``prompts/``, or their copies inside an installed wheel
+(:func:`mmcomp_eval.paths.builtin_dir`).
+
 Files whose name starts with ``_`` are bases meant for ``include:`` and are
 not tasks themselves. A user folder may shadow a built-in task of the same
 name; two files defining one name in the same folder is an error.
@@ -12,11 +16,11 @@ from pathlib import Path
 
 from mmcomp_eval import plugins
 from mmcomp_eval.errors import UserError, did_you_mean
-from mmcomp_eval.paths import REPO_ROOT
+from mmcomp_eval.paths import builtin_dir
 from mmcomp_eval.config.task_config import GroupConfig, TaskConfig, load_task_file
 
-BUILTIN_TASKS = REPO_ROOT / "tasks"
-BUILTIN_PROMPTS = REPO_ROOT / "prompts"
+BUILTIN_TASKS = builtin_dir("tasks")
+BUILTIN_PROMPTS = builtin_dir("prompts")
 
 
 @dataclass
@@ -27,6 +31,9 @@ class TaskIndex:
 
     @classmethod
     def build(cls, include_paths: tuple[Path, ...] = ()) -> TaskIndex:
+        if not BUILTIN_TASKS.is_dir():
+            raise UserError(f"built-in tasks folder {BUILTIN_TASKS} is missing: this copy of mmcomp-eval is "
+                            "incomplete; reinstall it from a wheel or run it from a source checkout")
         tasks: dict[str, TaskConfig] = {}
         groups: dict[str, GroupConfig] = {}
         user = tuple(Path(p) for p in include_paths)
