@@ -14,7 +14,7 @@ import pytest
 
 from mmcomp_eval.cli import main
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.media.video import DECODES, sample_uniform_frames
+from mmcomp_eval.media.video import DECODES, sample_frames, sample_uniform_frames
 from mmcomp_eval.retrieval.metrics import score_embeddings
 from mmcomp_eval.retrieval.models import VideoItem, create_retrieval_model
 
@@ -149,13 +149,13 @@ def _items(video_dir: Path) -> list[VideoItem]:
     return [VideoItem(f"video{i}", video_path=video_dir / f"video{i}.mp4") for i in range(len(COLOURS))]
 
 
-def _reference_meanp(clip_dir: Path, path: Path, n: int) -> np.ndarray:
+def _reference_meanp(clip_dir: Path, path: Path, n: int, sampling: str = "clip4clip") -> np.ndarray:
     """meanP written directly against transformers: per-frame normalise, average, normalise."""
     import torch
     from transformers import AutoImageProcessor, CLIPModel
 
     model = CLIPModel.from_pretrained(clip_dir).eval()
-    pixels = AutoImageProcessor.from_pretrained(clip_dir)(images=sample_uniform_frames(path, n),
+    pixels = AutoImageProcessor.from_pretrained(clip_dir)(images=sample_frames(path, n, sampling),
                                                            return_tensors="pt")["pixel_values"]
     with torch.no_grad():
         out = model.get_image_features(pixel_values=pixels)
@@ -168,12 +168,22 @@ def _reference_meanp(clip_dir: Path, path: Path, n: int) -> np.ndarray:
 def test_clip_meanp_on_videos_and_cache_hit(tiny_clip_dir, video_dir, tmp_path):
     args = {"pretrained": str(tiny_clip_dir), "n_frames": 4, "batch_size": 6}
     model = create_retrieval_model("clip", args)
+    fp = model.fingerprint()
+    assert (fp["frame_sampling"], fp["max_text_tokens"], fp["dtype"]) == ("clip4clip", 32, "float32")  # CLIP4Clip
     items = _items(video_dir)
     emb = model.embed_videos(items)
     assert emb.shape == (5, 16) and emb.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    # the clips are 1.5 s at 8 fps: CLIP4Clip's sampling reads frames 0 and 8 (one per second), not 4
+    assert len(sample_frames(items[2].video_path, 4)) == 2
     np.testing.assert_allclose(emb[2], _reference_meanp(tiny_clip_dir, items[2].video_path, 4), atol=1e-5)
     assert model.videos_encoded == 5 and model.cache.misses == 5
+    uniform = create_retrieval_model("clip", {**args, "frame_sampling": "uniform"})
+    emb_u = uniform.embed_videos(items[2:3])
+    assert uniform.cache.hits == 0 and uniform.videos_encoded == 1  # the sampling is part of the cache key
+    np.testing.assert_allclose(emb_u[0], _reference_meanp(tiny_clip_dir, items[2].video_path, 4, "uniform"),
+                               atol=1e-5)
+    assert not np.allclose(emb_u[0], emb[2], atol=1e-3)
 
     again = create_retrieval_model("clip", args)
     decoded = DECODES.frames
@@ -181,9 +191,13 @@ def test_clip_meanp_on_videos_and_cache_hit(tiny_clip_dir, video_dir, tmp_path):
     assert again.cache.hits == 5 and again.videos_encoded == 0 and DECODES.frames == decoded  # nothing decoded
     np.testing.assert_array_equal(emb, emb2)
 
-    other_n = create_retrieval_model("clip", {**args, "n_frames": 2})
+    other_n = create_retrieval_model("clip", {**args, "n_frames": 1})
     other_n.embed_videos(items[:1])
     assert other_n.cache.hits == 0 and other_n.videos_encoded == 1  # n_frames is part of the key
+    bf16 = create_retrieval_model("clip", {**args, "dtype": "bf16"})
+    emb_bf16 = bf16.embed_videos(items[:1])
+    assert bf16.cache.hits == 0 and bf16.videos_encoded == 1 and bf16.fingerprint()["dtype"] == "bfloat16"
+    assert emb_bf16.dtype == np.float32 and np.allclose(emb_bf16[0], emb[0], atol=0.05)  # close, not equal
 
     # a replaced file (new size/mtime) is a miss, not a stale hit
     copy = write_video(tmp_path / "copy.mp4", COLOURS[0])
@@ -199,7 +213,8 @@ def test_clip_meanp_on_videos_and_cache_hit(tiny_clip_dir, video_dir, tmp_path):
 
 
 def test_precomputed_features_match_videos(tiny_clip_dir, video_dir, tmp_path):
-    model = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "n_frames": 4, "cache": False})
+    model = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "n_frames": 4, "cache": False,
+                                            "frame_sampling": "uniform"})
     frames = sample_uniform_frames(video_dir / "video1.mp4", 4)
     per_frame = model.encoder.frames(frames)  # (4, 16) projected, not normalised
     np.save(tmp_path / "video1.npy", per_frame)
@@ -234,6 +249,15 @@ def _feature_items(tmp_path: Path, transcripts: list[str | None]) -> list[VideoI
     return items
 
 
+def _z(cos: np.ndarray, present: np.ndarray | None = None) -> np.ndarray:
+    """Each row z-scored over the columns in ``present`` (all by default); 0 elsewhere."""
+    present = np.ones(cos.shape[1], bool) if present is None else present
+    out = np.zeros_like(cos)
+    sub = cos[:, present]
+    out[:, present] = (sub - sub.mean(axis=1, keepdims=True)) / sub.std(axis=1, keepdims=True)
+    return out
+
+
 def test_fusion_weights_on_hand_built_transcripts(tiny_clip_dir, tmp_path):
     base = {"pretrained": str(tiny_clip_dir), "cache": False}
     clip = create_retrieval_model("clip", base)
@@ -241,8 +265,13 @@ def test_fusion_weights_on_hand_built_transcripts(tiny_clip_dir, tmp_path):
     swapped = _feature_items(tmp_path, CAPTIONS[1:] + CAPTIONS[:1])  # video i says caption i+1
     cv = list(range(5))
 
+    def fused(model, items):
+        q, g = model.score_vectors(model.embed_captions(CAPTIONS), model.embed_videos(items))
+        return q @ g.T
+
     def ranks(model, items):
-        return score_embeddings(model.embed_captions(CAPTIONS), model.embed_videos(items), cv).t2v_ranks
+        q, g = model.score_vectors(model.embed_captions(CAPTIONS), model.embed_videos(items))
+        return score_embeddings(q, g, cv).t2v_ranks
 
     video_only = create_retrieval_model("fusion", {**base, "w_transcript": 0})
     np.testing.assert_array_equal(ranks(video_only, own), ranks(clip, own))
@@ -251,19 +280,25 @@ def test_fusion_weights_on_hand_built_transcripts(tiny_clip_dir, tmp_path):
     r = ranks(speech_only, swapped)
     assert all(r > 1)  # ... and never its own video when the transcripts are shifted
     # caption i's best video is now video i-1, the one whose transcript is caption i
-    t, v = speech_only.embed_captions(CAPTIONS), speech_only.embed_videos(swapped)
-    assert (t @ v.T).argmax(axis=1).tolist() == [4, 0, 1, 2, 3]
+    assert fused(speech_only, swapped).argmax(axis=1).tolist() == [4, 0, 1, 2, 3]
 
-    # mixed weights are exactly the weighted sum of the component cosines
+    # mixed weights: exactly the weighted sum of each part's cosines z-scored per caption over the gallery
     mixed = create_retrieval_model("fusion", {**base, "w_video": 0.7, "w_transcript": 2.0})
-    sim = mixed.embed_captions(CAPTIONS) @ mixed.embed_videos(own).T
     c_t = clip.embed_captions(CAPTIONS)
-    expected = 0.7 * c_t @ clip.embed_videos(own).T + 2.0 * c_t @ clip.encoder.text(CAPTIONS).T
-    np.testing.assert_allclose(sim, expected, atol=1e-5)
-    # an item without a transcript gets no transcript term at all
+    frames_cos = c_t @ clip.embed_videos(own).T
+    transcript_cos = c_t @ clip.encoder.text(CAPTIONS).T
+    np.testing.assert_allclose(fused(mixed, own), 0.7 * _z(frames_cos) + 2.0 * _z(transcript_cos), atol=1e-4)
+    # a video without a transcript (None or blank) scores the gallery mean of that part: 0 after z-scoring
     partial = _feature_items(tmp_path, [CAPTIONS[0], None, CAPTIONS[2], "", CAPTIONS[4]])
-    sim_p = mixed.embed_captions(CAPTIONS) @ mixed.embed_videos(partial).T
-    np.testing.assert_allclose(sim_p[:, 1], 0.7 * c_t @ clip.embed_videos(partial)[1], atol=1e-5)
+    has = np.array([True, False, True, False, True])
+    expected = 0.7 * _z(c_t @ clip.embed_videos(partial).T) + 2.0 * _z(transcript_cos, has)
+    np.testing.assert_allclose(fused(mixed, partial), expected, atol=1e-4)
+    # normalise=none keeps the raw sum, where a missing transcript scores 0
+    raw = create_retrieval_model("fusion", {**base, "w_video": 0.7, "w_transcript": 2.0, "normalise": "none"})
+    np.testing.assert_allclose(fused(raw, partial), 0.7 * c_t @ clip.embed_videos(partial).T
+                               + 2.0 * np.where(has, transcript_cos, 0.0), atol=1e-5)
+    assert "not SAVE" in mixed.fingerprint()["kind"] and mixed.fingerprint()["normalise"] == "zscore"
+    assert mixed.scoring().startswith("score-level fusion baseline (ours, not SAVE): 0.7 x video + 2 x transcript")
 
     with pytest.raises(UserError, match="w_audio=0.5 needs an audio-text model"):
         create_retrieval_model("fusion", {**base, "w_audio": 0.5})
@@ -282,8 +317,16 @@ def test_fusion_with_clap_audio(tiny_clip_dir, tiny_clap_dir, video_dir):
     assert not audio[4].any()  # video4 has no audio track: zero audio term
     assert not np.allclose(audio[0], audio[1])  # different tones, different embeddings
     cap = model.embed_captions(CAPTIONS)
-    assert cap.shape == (5, 48)
-    np.testing.assert_allclose(np.linalg.norm(cap[:, 32:], axis=1), 1.0, atol=1e-5)  # w_audio = 1
+    assert cap.shape == (5, 32)  # [CLIP text | CLAP text], unweighted: weights apply when scoring
+    np.testing.assert_allclose(np.linalg.norm(cap[:, 16:], axis=1), 1.0, atol=1e-5)
+    # the audio part of the fused score: CLAP cosines z-scored over the 4 videos with audio, 0 for video4
+    q, g = model.score_vectors(cap, emb)
+    audio_term = q[:, -16:] @ g[:, -16:].T
+    np.testing.assert_allclose(audio_term, _z(cap[:, 16:] @ audio.T, np.arange(5) < 4), atol=1e-4)
+    # a caption longer than CLAP's text positions (78 here; 512 for laion/clap) is cut, not an index error
+    assert model.clap.max_text_tokens == 78
+    long = model.embed_captions(["a red car drives " * 20])
+    np.testing.assert_allclose(long[0, 16:], model.clap.text(["a red car drives " * 20])[0], atol=1e-6)
     again = create_retrieval_model("fusion", args)
     np.testing.assert_array_equal(again.embed_videos(items), emb)
     assert again.audio_cache.hits == 5  # including the cached 'no audio' entry
