@@ -373,6 +373,11 @@ def test_cli_retrieval_and_report(tiny_clip_dir, video_dir, tmp_path, capsys):
     assert rec["kind"] == "retrieval" and rec["dataset"]["n_videos"] == 4 and rec["dataset"]["n_captions"] == 7
     orig = rec["caption_sets"]["original"]
     assert orig["t2v"]["n_queries"] == 7 and orig["v2t"]["n_queries"] == 4
+    # v2t ranks the 4 videos' caption sets (CLIP4Clip), and the record says so
+    assert orig["v2t"]["n_gallery"] == 4 and rec["config"]["v2t_convention"] == "best_caption"
+    assert rec["config"]["tie_rule"] == "pessimistic" and "best caption" in rec["config"]["v2t_convention_description"]
+    assert rec["config"]["similarity"] == "cosine of the caption and video embeddings"
+    assert "v2t best_caption" in out
     assert orig["t2v"]["SumR"] == pytest.approx(orig["t2v"]["R1"] + orig["t2v"]["R5"] + orig["t2v"]["R10"])
     ranks = [json.loads(x) for x in (out_a / "retrieval_msvd_test_ranks.jsonl").read_text().splitlines()]
     assert len(ranks) == 7 + 4 and {r["direction"] for r in ranks} == {"t2v", "v2t"}
@@ -389,6 +394,14 @@ def test_cli_retrieval_and_report(tiny_clip_dir, video_dir, tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     rec_b = json.loads((out_b / "retrieval_msvd_test.json").read_text())
     assert rec_b["config"]["n_from_features"] == 4
+    rc = main(["retrieval", "--model-args", f"pretrained={tiny_clip_dir}", "--dataset", "msvd", "--data-dir",
+               str(data), "--features-dir", str(feats), "--v2t", "all_captions", "--output-path", str(tmp_path / "c")])
+    assert rc == 0, capsys.readouterr().err
+    rec_c = json.loads((tmp_path / "c" / "retrieval_msvd_test.json").read_text())
+    b_v2t, c_v2t = rec_b["caption_sets"]["original"]["v2t"], rec_c["caption_sets"]["original"]["v2t"]
+    assert rec_c["config"]["v2t_convention"] == "all_captions" and c_v2t["n_gallery"] == 7
+    assert c_v2t["MnR"] >= b_v2t["MnR"] and c_v2t["R1"] == b_v2t["R1"]  # same scores: R1 agrees, ranks never better
+    assert rec_b["caption_sets"]["original"]["t2v"] == rec_c["caption_sets"]["original"]["t2v"]
     for name in ("actrem", "objshift", "shuf"):  # stand-ins so every table and figure has data
         rec_b["caption_sets"][name] = {**rec_b["caption_sets"]["original"], "n_unchanged": 1}
     (out_b / "retrieval_msvd_test.json").write_text(json.dumps(rec_b))
@@ -401,7 +414,8 @@ def test_cli_retrieval_and_report(tiny_clip_dir, video_dir, tmp_path, capsys):
     assert "| model | t2v Q | t2v Q_actrem | t2v Q_objattrrem | t2v Q_synrem | v2t Q |" in md
     r1 = f"{orig['t2v']['R1']:.1f}"
     assert f"| tiny-a | {r1} | - | - | - |" in md
-    assert "| model | msvd/test R1 | msvd/test R5 | msvd/test R10 | msvd/test SumR | mR1 |" in md
+    assert "| model | msvd/test R1 | msvd/test R5 | msvd/test R10 | msvd/test SumR | mR1 (1 datasets) |" in md
+    assert "| tiny-a | msvd/test | best_caption | clip4clip | 32 | float32 |" in md  # the settings table
     pngs = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
     assert pngs == ["fig1_objects_msvd_test.png", "fig3_word_order_msvd_test.png"]  # no action ablation given
     assert (tmp_path / "rep" / pngs[0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
