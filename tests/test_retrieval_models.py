@@ -332,6 +332,38 @@ def test_fusion_with_clap_audio(tiny_clip_dir, tiny_clap_dir, video_dir):
     assert again.audio_cache.hits == 5  # including the cached 'no audio' entry
 
 
+def test_clip4clip_dataset_settings():
+    from mmcomp_eval.retrieval.models import dataset_model_args
+
+    # CLIP4Clip runs DiDeMo paragraphs with 64 frames and 64 tokens, the others with clip's defaults (12, 32)
+    assert dataset_model_args("clip", "didemo", {}) == {"n_frames": 64, "max_text_tokens": 64}
+    assert dataset_model_args("clip-b32", "didemo", {"n_frames": 8}) == {"max_text_tokens": 64}  # the user's wins
+    assert dataset_model_args("fusion", "didemo", {}) == {"n_frames": 64, "max_text_tokens": 64}
+    assert dataset_model_args("clip", "msrvtt", {}) == {} and dataset_model_args("clop", "didemo", {}) == {}
+
+
+def test_dtype_and_text_length_arguments(tiny_clip_dir):
+    with pytest.raises(UserError, match="dtype=int8 is not one of float32, float16, bfloat16"):
+        create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "dtype": "int8"})
+    with pytest.raises(UserError, match="max_text_tokens=78 must be between 2 and the checkpoint's context of 77"):
+        create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "max_text_tokens": 78})
+    with pytest.raises(UserError, match="frame_sampling=tsn is not one of clip4clip, uniform"):
+        create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "frame_sampling": "tsn"})
+    long = "a red car drives " * 4  # 68 characters: more than 32 tokens with the byte-level test vocabulary
+    short = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "max_text_tokens": 32})
+    full = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "max_text_tokens": 77})
+    assert len(short.encoder.tokenizer(long)["input_ids"]) > 32
+    assert not np.allclose(short.embed_captions([long]), full.embed_captions([long]), atol=1e-3)
+    np.testing.assert_allclose(short.embed_captions(["a red car"]), full.embed_captions(["a red car"]), atol=1e-6)
+    # 32 tokens: the start token, 30 pieces, the end token, as CLIP4Clip's max_words 32
+    ids = short.encoder.tokenizer([long], truncation=True, max_length=32)["input_ids"][0]
+    assert len(ids) == 32 and ids[-1] == short.encoder.tokenizer.eos_token_id
+    half = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "dtype": "fp16"})
+    emb = half.embed_captions(CAPTIONS)
+    assert emb.dtype == np.float32 and half.fingerprint()["dtype"] == "float16"
+    np.testing.assert_allclose(emb, short.embed_captions(CAPTIONS), atol=5e-3)
+
+
 def test_missing_weights_offline_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     with pytest.raises(UserError) as exc:

@@ -63,7 +63,7 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
     from mmcomp_eval.perturb import resolve_kinds
     from mmcomp_eval.retrieval import runner
     from mmcomp_eval.retrieval.metrics import DEFAULT_BLOCK_ELEMENTS
-    from mmcomp_eval.retrieval.models import create_retrieval_model
+    from mmcomp_eval.retrieval.models import create_retrieval_model, dataset_model_args
 
     if args.block_elements is not None and args.block_elements < 1:
         raise UserError(f"--block-elements {args.block_elements} must be at least 1")
@@ -76,9 +76,10 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
     # perturb before loading the model: a missing spaCy pipeline should fail in seconds, not after loading weights
     sets, perturb_info = runner.caption_sets(ds, kinds, seed=args.seed, spacy_model=args.spacy_model,
                                              lexicon=args.lexicon, pos_roles=args.pos_roles, data_dir=args.data_dir)
-    model = create_retrieval_model(args.model, model_args)
+    dataset_args = dataset_model_args(args.model, args.dataset, model_args)
+    model = create_retrieval_model(args.model, {**dataset_args, **model_args})
     info = {"name": args.model, "args": model_args, "label": args.label or _default_label(args.model, model_args)}
-    config = {"perturb": list(kinds), **perturb_info, "limit": args.limit,
+    config = {"perturb": list(kinds), **perturb_info, "limit": args.limit, "dataset_model_args": dataset_args,
               "videos_dir": str(args.videos_dir) if args.videos_dir else None,
               "features_dir": str(args.features_dir) if args.features_dir else None,
               "n_from_features": sum(1 for it in items if it.features_path is not None),

@@ -249,7 +249,11 @@ FRAME_SAMPLINGS = {
 
 
 def sample_frames(path: str | Path, n: int, sampling: str = "clip4clip") -> list[Image.Image]:
-    """Frames of the whole video by ``sampling`` (:data:`FRAME_SAMPLINGS`): at most ``n`` for clip4clip, ``n`` for uniform."""
+    """Frames of the whole video by ``sampling`` (:data:`FRAME_SAMPLINGS`).
+
+    ``clip4clip`` gives at most ``n`` frames (fewer for videos shorter than
+    ``n`` seconds), ``uniform`` exactly ``n``.
+    """
     if sampling not in FRAME_SAMPLINGS:
         raise UserError(f"frame sampling {sampling!r} is not one of {', '.join(FRAME_SAMPLINGS)}")
     if n < 1:

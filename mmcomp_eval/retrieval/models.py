@@ -93,6 +93,18 @@ class RetrievalModel(ABC):
 RETRIEVAL_MODELS = ModelRegistry("retrieval model")
 
 
+#: CLIP4Clip's per-dataset settings where they differ from ``clip``'s defaults (its MSR-VTT, MSVD and LSMDC
+#: ones: 12 frames, 32 tokens): DiDeMo is paragraph retrieval there, ``--max_words 64 --max_frames 64``
+CLIP4CLIP_DATASET_ARGS: dict[str, dict[str, int]] = {"didemo": {"n_frames": 64, "max_text_tokens": 64}}
+
+
+def dataset_model_args(model: str, dataset: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """CLIP4Clip's settings for ``dataset`` that ``args`` leaves unset, for the CLIP-based models; else none."""
+    if model not in RETRIEVAL_MODELS or RETRIEVAL_MODELS.canonical(model) not in ("clip", "fusion"):
+        return {}
+    return {k: v for k, v in CLIP4CLIP_DATASET_ARGS.get(dataset, {}).items() if k not in args}
+
+
 def create_retrieval_model(name: str, args: str | Mapping[str, Any] | None = None) -> RetrievalModel:
     """Build ``--model name --model-args args`` from the retrieval registry."""
     if not name:
