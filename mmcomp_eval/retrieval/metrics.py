@@ -141,7 +141,8 @@ def video_to_text(caption_video: Sequence[int] | np.ndarray, n_videos: int,
     counts = np.bincount(cv, minlength=n_videos)
     queries = np.flatnonzero(counts)
     indptr = np.concatenate([[0], np.cumsum(counts[queries])])
-    if convention == "all_captions":
+    if convention == "all_captions" or len(cv) == len(queries):
+        # with one caption per video a caption set is that caption: both conventions are the same ranking
         return Relevance(queries, indptr, order, len(cv))
     # best_caption: group k is query k's captions; its one relevant item is group k
     n = len(queries)

@@ -79,7 +79,7 @@ class RetrievalModel(ABC):
 
     @abstractmethod
     def embed_videos(self, items: Sequence[VideoItem]) -> np.ndarray:
-        """(n_videos, d) float32, same d as :meth:`embed_captions`."""
+        """(n_videos, d') float32; d' = d unless :meth:`score_vectors` maps both sides to one width."""
 
     def score_vectors(self, caption_emb: np.ndarray, video_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Vectors whose dot product is the score ranked, given the whole gallery; the embeddings themselves here."""

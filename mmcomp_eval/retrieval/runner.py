@@ -224,10 +224,10 @@ def write_run(run: RetrievalRun, directory: Path) -> Path:
 def summary_table(record: Mapping[str, Any]) -> str:
     """Markdown: one row per caption set, both directions."""
     d = record["dataset"]
-    c = record["config"]
+    cfg = record["config"]
     head = (f"{record['model'].get('label') or record['model']['name']} on {d['name']}/{d['split']} "
-            f"({d['n_videos']} videos, {d['n_captions']} captions; ties ranked {c['tie_rule']}; "
-            f"v2t {c['v2t_convention']})")
+            f"({d['n_videos']} videos, {d['n_captions']} captions; ties ranked {cfg['tie_rule']}; "
+            f"v2t {cfg['v2t_convention']})")
     cols = ("R1", "R5", "R10", "MdR", "MnR", "SumR")
     lines = [head, "", "| caption set | " + " | ".join(f"t2v {c}" for c in cols) + " | "
              + " | ".join(f"v2t {c}" for c in cols) + " | unchanged |",
