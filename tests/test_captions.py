@@ -51,6 +51,27 @@ def test_msrvtt_test_and_train_lists(tmp_path):
     assert msrvtt_train_list("9k", d) == ("video2", "video0", "video5")
 
 
+def test_msrvtt_full_test_split_needs_msrvtt_data_json(tmp_path):
+    """The official 2,990-video test split (SAVE's MSRVTT-7k test): ids in a list, captions in MSRVTT_data.json."""
+    d = tmp_path / "msrvtt"
+    write(d / "MSRVTT_test.full.csv", "video_id\nvideo7010\nvideo7011\nvideo7012\n")
+    with pytest.raises(UserError, match=r"no MSRVTT_data.json \(the full MSR-VTT caption file .* "
+                                        r"MSRVTT_test.full.csv only names the 3 videos of split test_full\)"):
+        load_caption_dataset("msrvtt", "test_full", d)
+    sentences = [{"video_id": f"video{v}", "caption": f"clip {v} caption {k}", "sen_id": 100 * v + k}
+                 for k in range(3) for v in (7011, 7010, 5, 7012)]  # interleaved, as the real file is
+    (d / "MSRVTT_data.json").write_text(json.dumps({"videos": [], "sentences": sentences}))
+    full = load_caption_dataset("msrvtt", "full", d)  # alias
+    assert full.split == "test_full" and full.videos == ("video7010", "video7011", "video7012")
+    assert len(full) == 9 and full.video_captions == ((0, 1, 2), (3, 4, 5), (6, 7, 8))
+    assert full.captions[:3] == ("clip 7010 caption 0", "clip 7010 caption 1", "clip 7010 caption 2")
+    assert full.caption_ids[3:6] == ("video7011#0", "video7011#1", "video7011#2")
+    assert [Path(s).name for s in full.sources] == ["MSRVTT_test.full.csv", "MSRVTT_data.json"]
+    write(d / "MSRVTT_val.full.csv", "video_id\nvideo5\n")
+    assert load_caption_dataset("msrvtt", "val_full", d).captions == ("clip 5 caption 0", "clip 5 caption 1",
+                                                                       "clip 5 caption 2")
+
+
 def test_msvd_many_captions_per_video(tmp_path):
     d = tmp_path / "msvd"
     write(d / "test_list.txt", "vidB\nvidA\n")
@@ -176,4 +197,7 @@ def test_reference_datasets(reference):
     assert sizes == {"msrvtt": (1000, 1000), "msvd": (670, 27763), "didemo": (1037, 1037),
                      "vatex": (1415, 7075), "charades": (1863, 4537)}
     assert len(msrvtt_train_list("9k", reference / "msrvtt")) == 9000
+    if not (reference / "msrvtt" / "MSRVTT_data.json").is_file():  # the reference folder has only the id list
+        with pytest.raises(UserError, match="only names the 2,990 videos of split test_full"):
+            load_caption_dataset("msrvtt", "test_full", reference / "msrvtt")
     assert len(msrvtt_train_list("7k", reference / "msrvtt")) == 7010

@@ -14,7 +14,7 @@ import pytest
 
 from mmcomp_eval.cli import main
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.media.video import DECODES, sample_uniform_frames
+from mmcomp_eval.media.video import DECODES, sample_frames, sample_uniform_frames
 from mmcomp_eval.retrieval.metrics import score_embeddings
 from mmcomp_eval.retrieval.models import VideoItem, create_retrieval_model
 
@@ -149,13 +149,13 @@ def _items(video_dir: Path) -> list[VideoItem]:
     return [VideoItem(f"video{i}", video_path=video_dir / f"video{i}.mp4") for i in range(len(COLOURS))]
 
 
-def _reference_meanp(clip_dir: Path, path: Path, n: int) -> np.ndarray:
+def _reference_meanp(clip_dir: Path, path: Path, n: int, sampling: str = "clip4clip") -> np.ndarray:
     """meanP written directly against transformers: per-frame normalise, average, normalise."""
     import torch
     from transformers import AutoImageProcessor, CLIPModel
 
     model = CLIPModel.from_pretrained(clip_dir).eval()
-    pixels = AutoImageProcessor.from_pretrained(clip_dir)(images=sample_uniform_frames(path, n),
+    pixels = AutoImageProcessor.from_pretrained(clip_dir)(images=sample_frames(path, n, sampling),
                                                            return_tensors="pt")["pixel_values"]
     with torch.no_grad():
         out = model.get_image_features(pixel_values=pixels)
@@ -168,12 +168,22 @@ def _reference_meanp(clip_dir: Path, path: Path, n: int) -> np.ndarray:
 def test_clip_meanp_on_videos_and_cache_hit(tiny_clip_dir, video_dir, tmp_path):
     args = {"pretrained": str(tiny_clip_dir), "n_frames": 4, "batch_size": 6}
     model = create_retrieval_model("clip", args)
+    fp = model.fingerprint()
+    assert (fp["frame_sampling"], fp["max_text_tokens"], fp["dtype"]) == ("clip4clip", 32, "float32")  # CLIP4Clip
     items = _items(video_dir)
     emb = model.embed_videos(items)
     assert emb.shape == (5, 16) and emb.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    # the clips are 1.5 s at 8 fps: CLIP4Clip's sampling reads frames 0 and 8 (one per second), not 4
+    assert len(sample_frames(items[2].video_path, 4)) == 2
     np.testing.assert_allclose(emb[2], _reference_meanp(tiny_clip_dir, items[2].video_path, 4), atol=1e-5)
     assert model.videos_encoded == 5 and model.cache.misses == 5
+    uniform = create_retrieval_model("clip", {**args, "frame_sampling": "uniform"})
+    emb_u = uniform.embed_videos(items[2:3])
+    assert uniform.cache.hits == 0 and uniform.videos_encoded == 1  # the sampling is part of the cache key
+    np.testing.assert_allclose(emb_u[0], _reference_meanp(tiny_clip_dir, items[2].video_path, 4, "uniform"),
+                               atol=1e-5)
+    assert not np.allclose(emb_u[0], emb[2], atol=1e-3)
 
     again = create_retrieval_model("clip", args)
     decoded = DECODES.frames
@@ -181,9 +191,13 @@ def test_clip_meanp_on_videos_and_cache_hit(tiny_clip_dir, video_dir, tmp_path):
     assert again.cache.hits == 5 and again.videos_encoded == 0 and DECODES.frames == decoded  # nothing decoded
     np.testing.assert_array_equal(emb, emb2)
 
-    other_n = create_retrieval_model("clip", {**args, "n_frames": 2})
+    other_n = create_retrieval_model("clip", {**args, "n_frames": 1})
     other_n.embed_videos(items[:1])
     assert other_n.cache.hits == 0 and other_n.videos_encoded == 1  # n_frames is part of the key
+    bf16 = create_retrieval_model("clip", {**args, "dtype": "bf16"})
+    emb_bf16 = bf16.embed_videos(items[:1])
+    assert bf16.cache.hits == 0 and bf16.videos_encoded == 1 and bf16.fingerprint()["dtype"] == "bfloat16"
+    assert emb_bf16.dtype == np.float32 and np.allclose(emb_bf16[0], emb[0], atol=0.05)  # close, not equal
 
     # a replaced file (new size/mtime) is a miss, not a stale hit
     copy = write_video(tmp_path / "copy.mp4", COLOURS[0])
@@ -199,7 +213,8 @@ def test_clip_meanp_on_videos_and_cache_hit(tiny_clip_dir, video_dir, tmp_path):
 
 
 def test_precomputed_features_match_videos(tiny_clip_dir, video_dir, tmp_path):
-    model = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "n_frames": 4, "cache": False})
+    model = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "n_frames": 4, "cache": False,
+                                            "frame_sampling": "uniform"})
     frames = sample_uniform_frames(video_dir / "video1.mp4", 4)
     per_frame = model.encoder.frames(frames)  # (4, 16) projected, not normalised
     np.save(tmp_path / "video1.npy", per_frame)
@@ -234,6 +249,15 @@ def _feature_items(tmp_path: Path, transcripts: list[str | None]) -> list[VideoI
     return items
 
 
+def _z(cos: np.ndarray, present: np.ndarray | None = None) -> np.ndarray:
+    """Each row z-scored over the columns in ``present`` (all by default); 0 elsewhere."""
+    present = np.ones(cos.shape[1], bool) if present is None else present
+    out = np.zeros_like(cos)
+    sub = cos[:, present]
+    out[:, present] = (sub - sub.mean(axis=1, keepdims=True)) / sub.std(axis=1, keepdims=True)
+    return out
+
+
 def test_fusion_weights_on_hand_built_transcripts(tiny_clip_dir, tmp_path):
     base = {"pretrained": str(tiny_clip_dir), "cache": False}
     clip = create_retrieval_model("clip", base)
@@ -241,8 +265,13 @@ def test_fusion_weights_on_hand_built_transcripts(tiny_clip_dir, tmp_path):
     swapped = _feature_items(tmp_path, CAPTIONS[1:] + CAPTIONS[:1])  # video i says caption i+1
     cv = list(range(5))
 
+    def fused(model, items):
+        q, g = model.score_vectors(model.embed_captions(CAPTIONS), model.embed_videos(items))
+        return q @ g.T
+
     def ranks(model, items):
-        return score_embeddings(model.embed_captions(CAPTIONS), model.embed_videos(items), cv).t2v_ranks
+        q, g = model.score_vectors(model.embed_captions(CAPTIONS), model.embed_videos(items))
+        return score_embeddings(q, g, cv).t2v_ranks
 
     video_only = create_retrieval_model("fusion", {**base, "w_transcript": 0})
     np.testing.assert_array_equal(ranks(video_only, own), ranks(clip, own))
@@ -251,19 +280,25 @@ def test_fusion_weights_on_hand_built_transcripts(tiny_clip_dir, tmp_path):
     r = ranks(speech_only, swapped)
     assert all(r > 1)  # ... and never its own video when the transcripts are shifted
     # caption i's best video is now video i-1, the one whose transcript is caption i
-    t, v = speech_only.embed_captions(CAPTIONS), speech_only.embed_videos(swapped)
-    assert (t @ v.T).argmax(axis=1).tolist() == [4, 0, 1, 2, 3]
+    assert fused(speech_only, swapped).argmax(axis=1).tolist() == [4, 0, 1, 2, 3]
 
-    # mixed weights are exactly the weighted sum of the component cosines
+    # mixed weights: exactly the weighted sum of each part's cosines z-scored per caption over the gallery
     mixed = create_retrieval_model("fusion", {**base, "w_video": 0.7, "w_transcript": 2.0})
-    sim = mixed.embed_captions(CAPTIONS) @ mixed.embed_videos(own).T
     c_t = clip.embed_captions(CAPTIONS)
-    expected = 0.7 * c_t @ clip.embed_videos(own).T + 2.0 * c_t @ clip.encoder.text(CAPTIONS).T
-    np.testing.assert_allclose(sim, expected, atol=1e-5)
-    # an item without a transcript gets no transcript term at all
+    frames_cos = c_t @ clip.embed_videos(own).T
+    transcript_cos = c_t @ clip.encoder.text(CAPTIONS).T
+    np.testing.assert_allclose(fused(mixed, own), 0.7 * _z(frames_cos) + 2.0 * _z(transcript_cos), atol=1e-4)
+    # a video without a transcript (None or blank) scores the gallery mean of that part: 0 after z-scoring
     partial = _feature_items(tmp_path, [CAPTIONS[0], None, CAPTIONS[2], "", CAPTIONS[4]])
-    sim_p = mixed.embed_captions(CAPTIONS) @ mixed.embed_videos(partial).T
-    np.testing.assert_allclose(sim_p[:, 1], 0.7 * c_t @ clip.embed_videos(partial)[1], atol=1e-5)
+    has = np.array([True, False, True, False, True])
+    expected = 0.7 * _z(c_t @ clip.embed_videos(partial).T) + 2.0 * _z(transcript_cos, has)
+    np.testing.assert_allclose(fused(mixed, partial), expected, atol=1e-4)
+    # normalise=none keeps the raw sum, where a missing transcript scores 0
+    raw = create_retrieval_model("fusion", {**base, "w_video": 0.7, "w_transcript": 2.0, "normalise": "none"})
+    np.testing.assert_allclose(fused(raw, partial), 0.7 * c_t @ clip.embed_videos(partial).T
+                               + 2.0 * np.where(has, transcript_cos, 0.0), atol=1e-5)
+    assert "not SAVE" in mixed.fingerprint()["kind"] and mixed.fingerprint()["normalise"] == "zscore"
+    assert mixed.scoring().startswith("score-level fusion baseline (ours, not SAVE): 0.7 x video + 2 x transcript")
 
     with pytest.raises(UserError, match="w_audio=0.5 needs an audio-text model"):
         create_retrieval_model("fusion", {**base, "w_audio": 0.5})
@@ -282,11 +317,51 @@ def test_fusion_with_clap_audio(tiny_clip_dir, tiny_clap_dir, video_dir):
     assert not audio[4].any()  # video4 has no audio track: zero audio term
     assert not np.allclose(audio[0], audio[1])  # different tones, different embeddings
     cap = model.embed_captions(CAPTIONS)
-    assert cap.shape == (5, 48)
-    np.testing.assert_allclose(np.linalg.norm(cap[:, 32:], axis=1), 1.0, atol=1e-5)  # w_audio = 1
+    assert cap.shape == (5, 32)  # [CLIP text | CLAP text], unweighted: weights apply when scoring
+    np.testing.assert_allclose(np.linalg.norm(cap[:, 16:], axis=1), 1.0, atol=1e-5)
+    # the audio part of the fused score: CLAP cosines z-scored over the 4 videos with audio, 0 for video4
+    q, g = model.score_vectors(cap, emb)
+    audio_term = q[:, -16:] @ g[:, -16:].T
+    np.testing.assert_allclose(audio_term, _z(cap[:, 16:] @ audio.T, np.arange(5) < 4), atol=1e-4)
+    # a caption longer than CLAP's text positions (78 here; 512 for laion/clap) is cut, not an index error
+    assert model.clap.max_text_tokens == 78
+    long = model.embed_captions(["a red car drives " * 20])
+    np.testing.assert_allclose(long[0, 16:], model.clap.text(["a red car drives " * 20])[0], atol=1e-6)
     again = create_retrieval_model("fusion", args)
     np.testing.assert_array_equal(again.embed_videos(items), emb)
     assert again.audio_cache.hits == 5  # including the cached 'no audio' entry
+
+
+def test_clip4clip_dataset_settings():
+    from mmcomp_eval.retrieval.models import dataset_model_args
+
+    # CLIP4Clip runs DiDeMo paragraphs with 64 frames and 64 tokens, the others with clip's defaults (12, 32)
+    assert dataset_model_args("clip", "didemo", {}) == {"n_frames": 64, "max_text_tokens": 64}
+    assert dataset_model_args("clip-b32", "didemo", {"n_frames": 8}) == {"max_text_tokens": 64}  # the user's wins
+    assert dataset_model_args("fusion", "didemo", {}) == {"n_frames": 64, "max_text_tokens": 64}
+    assert dataset_model_args("clip", "msrvtt", {}) == {} and dataset_model_args("clop", "didemo", {}) == {}
+
+
+def test_dtype_and_text_length_arguments(tiny_clip_dir):
+    with pytest.raises(UserError, match="dtype=int8 is not one of float32, float16, bfloat16"):
+        create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "dtype": "int8"})
+    with pytest.raises(UserError, match="max_text_tokens=78 must be between 2 and the checkpoint's context of 77"):
+        create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "max_text_tokens": 78})
+    with pytest.raises(UserError, match="frame_sampling=tsn is not one of clip4clip, uniform"):
+        create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "frame_sampling": "tsn"})
+    long = "a red car drives " * 4  # 68 characters: more than 32 tokens with the byte-level test vocabulary
+    short = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "max_text_tokens": 32})
+    full = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "max_text_tokens": 77})
+    assert len(short.encoder.tokenizer(long)["input_ids"]) > 32
+    assert not np.allclose(short.embed_captions([long]), full.embed_captions([long]), atol=1e-3)
+    np.testing.assert_allclose(short.embed_captions(["a red car"]), full.embed_captions(["a red car"]), atol=1e-6)
+    # 32 tokens: the start token, 30 pieces, the end token, as CLIP4Clip's max_words 32
+    ids = short.encoder.tokenizer([long], truncation=True, max_length=32)["input_ids"][0]
+    assert len(ids) == 32 and ids[-1] == short.encoder.tokenizer.eos_token_id
+    half = create_retrieval_model("clip", {"pretrained": str(tiny_clip_dir), "dtype": "fp16"})
+    emb = half.embed_captions(CAPTIONS)
+    assert emb.dtype == np.float32 and half.fingerprint()["dtype"] == "float16"
+    np.testing.assert_allclose(emb, short.embed_captions(CAPTIONS), atol=5e-3)
 
 
 def test_missing_weights_offline_is_one_line(tmp_path, monkeypatch):
@@ -330,6 +405,11 @@ def test_cli_retrieval_and_report(tiny_clip_dir, video_dir, tmp_path, capsys):
     assert rec["kind"] == "retrieval" and rec["dataset"]["n_videos"] == 4 and rec["dataset"]["n_captions"] == 7
     orig = rec["caption_sets"]["original"]
     assert orig["t2v"]["n_queries"] == 7 and orig["v2t"]["n_queries"] == 4
+    # v2t ranks the 4 videos' caption sets (CLIP4Clip), and the record says so
+    assert orig["v2t"]["n_gallery"] == 4 and rec["config"]["v2t_convention"] == "best_caption"
+    assert rec["config"]["tie_rule"] == "pessimistic" and "best caption" in rec["config"]["v2t_convention_description"]
+    assert rec["config"]["similarity"] == "cosine of the caption and video embeddings"
+    assert "v2t best_caption" in out
     assert orig["t2v"]["SumR"] == pytest.approx(orig["t2v"]["R1"] + orig["t2v"]["R5"] + orig["t2v"]["R10"])
     ranks = [json.loads(x) for x in (out_a / "retrieval_msvd_test_ranks.jsonl").read_text().splitlines()]
     assert len(ranks) == 7 + 4 and {r["direction"] for r in ranks} == {"t2v", "v2t"}
@@ -346,6 +426,14 @@ def test_cli_retrieval_and_report(tiny_clip_dir, video_dir, tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     rec_b = json.loads((out_b / "retrieval_msvd_test.json").read_text())
     assert rec_b["config"]["n_from_features"] == 4
+    rc = main(["retrieval", "--model-args", f"pretrained={tiny_clip_dir}", "--dataset", "msvd", "--data-dir",
+               str(data), "--features-dir", str(feats), "--v2t", "all_captions", "--output-path", str(tmp_path / "c")])
+    assert rc == 0, capsys.readouterr().err
+    rec_c = json.loads((tmp_path / "c" / "retrieval_msvd_test.json").read_text())
+    b_v2t, c_v2t = rec_b["caption_sets"]["original"]["v2t"], rec_c["caption_sets"]["original"]["v2t"]
+    assert rec_c["config"]["v2t_convention"] == "all_captions" and c_v2t["n_gallery"] == 7
+    assert c_v2t["MnR"] >= b_v2t["MnR"] and c_v2t["R1"] == b_v2t["R1"]  # same scores: R1 agrees, ranks never better
+    assert rec_b["caption_sets"]["original"]["t2v"] == rec_c["caption_sets"]["original"]["t2v"]
     for name in ("actrem", "objshift", "shuf"):  # stand-ins so every table and figure has data
         rec_b["caption_sets"][name] = {**rec_b["caption_sets"]["original"], "n_unchanged": 1}
     (out_b / "retrieval_msvd_test.json").write_text(json.dumps(rec_b))
@@ -358,7 +446,8 @@ def test_cli_retrieval_and_report(tiny_clip_dir, video_dir, tmp_path, capsys):
     assert "| model | t2v Q | t2v Q_actrem | t2v Q_objattrrem | t2v Q_synrem | v2t Q |" in md
     r1 = f"{orig['t2v']['R1']:.1f}"
     assert f"| tiny-a | {r1} | - | - | - |" in md
-    assert "| model | msvd/test R1 | msvd/test R5 | msvd/test R10 | msvd/test SumR | mR1 |" in md
+    assert "| model | msvd/test R1 | msvd/test R5 | msvd/test R10 | msvd/test SumR | mR1 (1 datasets) |" in md
+    assert "| tiny-a | msvd/test | best_caption | clip4clip | 32 | float32 |" in md  # the settings table
     pngs = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
     assert pngs == ["fig1_objects_msvd_test.png", "fig3_word_order_msvd_test.png"]  # no action ablation given
     assert (tmp_path / "rep" / pngs[0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

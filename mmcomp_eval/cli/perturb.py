@@ -32,7 +32,7 @@ from mmcomp_eval.perturb.vocab_source import dataset_vocabulary
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("perturb", help="write perturbed caption files (ICSVR objects/actions/syntax perturbations)")
     p.add_argument("--dataset", required=True, help="msrvtt, msvd, didemo, vatex, charades or lsmdc")
-    p.add_argument("--split", default="test", help="dataset split (default: test; msrvtt also train_9k, train_7k)")
+    p.add_argument("--split", default="test", help="dataset split (default: test; msrvtt also test_full, val_full, train_full, train_9k, train_7k)")
     p.add_argument("--kind", action="append", required=True, metavar="KIND",
                    help=f"perturbation, repeatable or comma-separated; 'all' for the ten: {', '.join(KINDS)}")
     p.add_argument("--seed", type=int, default=0)

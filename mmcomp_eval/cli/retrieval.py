@@ -13,10 +13,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("retrieval", help="text-video retrieval under caption perturbations (ICSVR, SAVE)")
     r.add_argument("--model", default="clip", help="retrieval model: clip, fusion, or a preset (default: clip)")
     r.add_argument("--model-args", default=None,
-                   help="e.g. pretrained=openai/clip-vit-base-patch32,n_frames=12 (fusion: clap=..., w_video=1, "
-                        "w_transcript=0.5, w_audio=0.5)")
+                   help="e.g. pretrained=openai/clip-vit-base-patch32,n_frames=12,frame_sampling=clip4clip,"
+                        "max_text_tokens=32,dtype=float16 (fusion, our score-fusion baseline: clap=..., w_video=1, "
+                        "w_transcript=0.5, w_audio=0.5, normalise=zscore)")
     r.add_argument("--dataset", required=True, help="msrvtt, msvd, didemo, vatex, charades or lsmdc")
-    r.add_argument("--split", default="test")
+    r.add_argument("--split", default="test", help="test (MSR-VTT: 1k-A), test_full (MSR-VTT: 2,990 videos), val, ...")
     r.add_argument("--data-dir", type=Path, default=None,
                    help="folder with the dataset's caption files (default: $MMCOMP_DATA_DIR/<dataset>)")
     r.add_argument("--perturb", default=None,
@@ -37,6 +38,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--limit", type=int, default=None, help="only the first N videos (smoke runs; not comparable)")
     r.add_argument("--label", default=None, help="model name in reports (default: model and checkpoint)")
     r.add_argument("--output-path", type=Path, default=None, help="folder for the results JSON and ranks JSONL")
+    r.add_argument("--v2t", choices=("best_caption", "all_captions"), default="best_caption",
+                   help="video-to-text with several captions per video: best_caption ranks videos' caption sets by "
+                        "their best caption (CLIP4Clip, default); all_captions ranks every caption")
     r.add_argument("--block-elements", type=int, default=None,
                    help="similarity scores held at once while ranking (default 16M: 64 MiB)")
     r.set_defaults(func=cmd_retrieval)
@@ -59,7 +63,7 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
     from mmcomp_eval.perturb import resolve_kinds
     from mmcomp_eval.retrieval import runner
     from mmcomp_eval.retrieval.metrics import DEFAULT_BLOCK_ELEMENTS
-    from mmcomp_eval.retrieval.models import create_retrieval_model
+    from mmcomp_eval.retrieval.models import create_retrieval_model, dataset_model_args
 
     if args.block_elements is not None and args.block_elements < 1:
         raise UserError(f"--block-elements {args.block_elements} must be at least 1")
@@ -72,16 +76,17 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
     # perturb before loading the model: a missing spaCy pipeline should fail in seconds, not after loading weights
     sets, perturb_info = runner.caption_sets(ds, kinds, seed=args.seed, spacy_model=args.spacy_model,
                                              lexicon=args.lexicon, pos_roles=args.pos_roles, data_dir=args.data_dir)
-    model = create_retrieval_model(args.model, model_args)
+    dataset_args = dataset_model_args(args.model, args.dataset, model_args)
+    model = create_retrieval_model(args.model, {**dataset_args, **model_args})
     info = {"name": args.model, "args": model_args, "label": args.label or _default_label(args.model, model_args)}
-    config = {"perturb": list(kinds), **perturb_info, "limit": args.limit,
+    config = {"perturb": list(kinds), **perturb_info, "limit": args.limit, "dataset_model_args": dataset_args,
               "videos_dir": str(args.videos_dir) if args.videos_dir else None,
               "features_dir": str(args.features_dir) if args.features_dir else None,
               "n_from_features": sum(1 for it in items if it.features_path is not None),
               "n_with_transcript": sum(1 for it in items if it.transcript),
               "n_with_audio_file": sum(1 for it in items if it.audio_path is not None)}
     run = runner.run_retrieval(model, ds, items, sets, model_info=info, config=config,
-                               block_elements=args.block_elements or DEFAULT_BLOCK_ELEMENTS)
+                               block_elements=args.block_elements or DEFAULT_BLOCK_ELEMENTS, v2t=args.v2t)
     print(runner.summary_table(run.record))
     if args.output_path is not None:
         path = runner.write_run(run, args.output_path)

@@ -159,7 +159,7 @@ def read_csv(path: Path, required: Sequence[str]) -> list[dict]:
 
 
 def _msrvtt_test(d: Path, split: str) -> CaptionDataset:
-    """1k-A test (JSFusion): 1,000 videos, one caption each."""
+    """1k-A test (JSFusion, CLIP4Clip): 1,000 videos, one caption each (``test_full`` is the official split)."""
     path = find(d, "msrvtt", "MSRVTT_JSFUSION_test.csv")
     rows = read_csv(path, ("video_id", "sentence"))
     return build("msrvtt", split, ((r["video_id"], r["sentence"]) for r in rows), sources=[path])
@@ -173,13 +173,23 @@ def msrvtt_train_list(size: str, data_dir: Path | str | None = None) -> tuple[st
     return tuple(r["video_id"] for r in read_csv(path, ("video_id",)))
 
 
-def _msrvtt_train(d: Path, split: str) -> CaptionDataset:
-    """Training videos of the 9k or 7k list, all their captions from ``MSRVTT_data.json``."""
-    size = split.rsplit("_", 1)[1]
-    ids_path = find(d, "msrvtt", f"MSRVTT_train.{size}.csv")
-    ids = msrvtt_train_list(size, d)
+#: MSR-VTT splits given as a list of video ids, captions from ``MSRVTT_data.json``: split -> list file
+MSRVTT_LISTS = {
+    "train_9k": "MSRVTT_train.9k.csv",   # CLIP4Clip's training list
+    "train_7k": "MSRVTT_train.7k.csv",   # JSFusion's
+    "test_full": "MSRVTT_test.full.csv",  # the official 2,990-video test split (SAVE's MSRVTT-7k test)
+    "val_full": "MSRVTT_val.full.csv",    # the official 497-video validation split
+    "train_full": "MSRVTT_train.full.csv",  # the official 6,513-video training split
+}
+
+
+def _msrvtt_listed(d: Path, split: str) -> CaptionDataset:
+    """The listed videos with all their captions (about 20 each) from ``MSRVTT_data.json``."""
+    ids_path = find(d, "msrvtt", MSRVTT_LISTS[split])
+    ids = tuple(r["video_id"] for r in read_csv(ids_path, ("video_id",)))
     data_path = find(d, "msrvtt", "MSRVTT_data.json",
-                     why=f"the full MSR-VTT caption file with a 'sentences' list; the {size} list only names videos")
+                     why=f"the full MSR-VTT caption file with a 'sentences' list, as in CLIP4Clip's msrvtt_data "
+                         f"folder; {ids_path.name} only names the {len(ids):,} videos of split {split}")
     wanted = set(ids)
     pairs = ((v, c) for v, c in msrvtt_sentences(data_path) if v in wanted)
     return build("msrvtt", split, pairs, order=ids, sources=[ids_path, data_path])
@@ -286,7 +296,7 @@ def lsmdc_pairs(path: Path) -> list[tuple[str, str]]:
 Loader = Callable[[Path, str], CaptionDataset]
 #: dataset -> split -> loader
 DATASETS: dict[str, dict[str, Loader]] = {
-    "msrvtt": {"test": _msrvtt_test, "train_9k": _msrvtt_train, "train_7k": _msrvtt_train},
+    "msrvtt": {"test": _msrvtt_test, **{split: _msrvtt_listed for split in MSRVTT_LISTS}},
     "msvd": {"test": _msvd, "val": _msvd, "train": _msvd},
     "didemo": {"test": _didemo, "val": _didemo, "train": _didemo},
     "vatex": {"test": _vatex, "val": _vatex, "train": _vatex},
@@ -294,7 +304,8 @@ DATASETS: dict[str, dict[str, Loader]] = {
     "lsmdc": {"test": _lsmdc, "val": _lsmdc, "train": _lsmdc},
 }
 #: split aliases: a task's default ``train`` few-shot split means MSRVTT's 9k list
-SPLIT_ALIASES = {"msrvtt": {"train": "train_9k", "9k": "train_9k", "7k": "train_7k"}}
+SPLIT_ALIASES = {"msrvtt": {"train": "train_9k", "9k": "train_9k", "7k": "train_7k", "full": "test_full",
+                            "test_1ka": "test"}}
 
 
 def load_caption_dataset(name: str, split: str = "test", data_dir: Path | str | None = None) -> CaptionDataset:

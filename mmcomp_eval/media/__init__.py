@@ -9,6 +9,6 @@ CompAct-like documents for tests and GPU checks. Submodules import PyAV/PIL lazi
 importing this package stays cheap.
 """
 
-from mmcomp_eval.media.video import MediaError, count_frames, read_frames, sample_uniform_frames
+from mmcomp_eval.media.video import MediaError, count_frames, read_frames, sample_frames, sample_uniform_frames
 
-__all__ = ["MediaError", "count_frames", "read_frames", "sample_uniform_frames"]
+__all__ = ["MediaError", "count_frames", "read_frames", "sample_frames", "sample_uniform_frames"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -105,8 +106,16 @@ def _index_of(frame, stream, fps: Fraction, start_pts: int) -> int:
     return int(round((frame.pts - start_pts) * stream.time_base * fps))
 
 
-def count_frames(path: str | Path) -> int:
-    """Number of video frames in the file.
+@dataclass(frozen=True)
+class VideoInfo:
+    """What frame sampling needs to know about a file: its frame count and frame rate."""
+
+    n_frames: int
+    fps: Fraction
+
+
+def probe(path: str | Path) -> VideoInfo:
+    """Frame count and average frame rate of the file's first video stream.
 
     The container's frame count is used when it has one; otherwise (some MP4
     and MKV muxers leave it at 0) the packets are counted, which demuxes but
@@ -116,17 +125,23 @@ def count_frames(path: str | Path) -> int:
     container = _open(path)
     try:
         stream = container.streams.video[0]
+        fps = _fps(stream)
         if stream.frames:
-            return int(stream.frames)
+            return VideoInfo(int(stream.frames), fps)
         try:
             n = sum(1 for p in container.demux(stream) if p.size)
         except Exception as exc:  # av.error.* and friends: the file is broken
             raise MediaError(f"video {path} cannot be read: {_reason(exc)}") from None
         if n == 0:
             raise MediaError(f"video {path} has no frames")
-        return n
+        return VideoInfo(n, fps)
     finally:
         container.close()
+
+
+def count_frames(path: str | Path) -> int:
+    """Number of video frames in the file (see :func:`probe`)."""
+    return probe(path).n_frames
 
 
 def read_frames(path: str | Path, indices: Sequence[int]) -> list[Image.Image]:
@@ -201,9 +216,54 @@ def uniform_indices(start: int, stop: int, n: int) -> list[int]:
     return [start + min(length - 1, max(0, math.ceil((2 * k + 1) * length / (2 * n) - 1))) for k in range(n)]
 
 
-def sample_uniform_frames(path: str | Path, n: int) -> list[Image.Image]:
-    """``n`` uniformly spaced frames of the whole video (see :func:`uniform_indices`)."""
+def clip4clip_indices(n_frames: int, fps: float | Fraction, max_frames: int) -> list[int]:
+    """CLIP4Clip's frames: one per second, then ``max_frames`` evenly spaced among them when there are more.
+
+    CLIP4Clip (``RawVideoExtractorCV2`` with ``feature_framerate=1``, then
+    ``slice_framepos=2``) reads frame ``k * int(fps)`` for every second ``k``
+    while that frame exists, so the stride is the integer part of the frame
+    rate as OpenCV reports it (29.97 fps -> every 29th frame). When that gives
+    more than ``max_frames`` it keeps ``linspace(0, count - 1, max_frames)``
+    of them, rounded down. A short video is never padded: a 10 s clip gives
+    10 frames. A frame rate below 1 (where CLIP4Clip's reader fails) takes
+    every frame.
+    """
+    if max_frames < 1:
+        raise ValueError(f"max_frames must be at least 1, got {max_frames}")
+    if n_frames < 1:
+        raise ValueError(f"a video needs at least one frame, got {n_frames}")
+    per_second = list(range(0, n_frames, max(1, int(fps))))
+    if len(per_second) <= max_frames:
+        return per_second
+    import numpy as np
+
+    return [per_second[i] for i in np.linspace(0, len(per_second) - 1, num=max_frames, dtype=int)]
+
+
+#: how a retrieval model picks a video's frames: name -> what it does (see :func:`sample_frames`)
+FRAME_SAMPLINGS = {
+    "clip4clip": "one frame per second (stride int(fps)), then n evenly spaced (linspace, floored) when there are "
+                 "more than n; never padded",
+    "uniform": "n frames at the centres of n equal segments of the whole video; short videos repeat frames",
+}
+
+
+def sample_frames(path: str | Path, n: int, sampling: str = "clip4clip") -> list[Image.Image]:
+    """Frames of the whole video by ``sampling`` (:data:`FRAME_SAMPLINGS`).
+
+    ``clip4clip`` gives at most ``n`` frames (fewer for videos shorter than
+    ``n`` seconds), ``uniform`` exactly ``n``.
+    """
+    if sampling not in FRAME_SAMPLINGS:
+        raise UserError(f"frame sampling {sampling!r} is not one of {', '.join(FRAME_SAMPLINGS)}")
     if n < 1:
         raise MediaError(f"video {path}: asked for {n} frames; expected at least 1")
-    total = count_frames(path)
-    return read_frames(path, uniform_indices(0, total - 1, n))
+    info = probe(path)
+    if sampling == "uniform":
+        return read_frames(path, uniform_indices(0, info.n_frames - 1, n))
+    return read_frames(path, clip4clip_indices(info.n_frames, info.fps, n))
+
+
+def sample_uniform_frames(path: str | Path, n: int) -> list[Image.Image]:
+    """``n`` uniformly spaced frames of the whole video (see :func:`uniform_indices`)."""
+    return sample_frames(path, n, "uniform")

@@ -105,35 +105,76 @@ def _device(device: str | None):
     return hf_device(device)
 
 
+#: ``dtype`` model argument -> torch dtype name; CLIP4Clip casts CLIP's weights to float16 (``convert_weights``)
+DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16", "half": "float16",
+          "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+def canonical_dtype(name: str, arg: str = "dtype") -> str:
+    """``fp16`` -> ``float16`` etc.; one line naming the choices otherwise."""
+    if name not in DTYPES:
+        raise UserError(f"model argument {arg}={name} is not one of float32, float16, bfloat16 "
+                        "(or fp32, fp16, bf16)")
+    return DTYPES[name]
+
+
+def _reduced_precision_guard(dtype: str, device: Any, run: Callable[[], T]) -> T:
+    """Run a forward pass; an op this torch cannot run in ``dtype`` on ``device`` becomes one line."""
+    try:
+        return run()
+    except RuntimeError as exc:
+        if dtype == "float32" or not any(k in str(exc) for k in ("Half", "BFloat16", "bfloat16", "float16")):
+            raise
+        reason = " ".join(str(exc).split())[:160]
+        raise UserError(f"model argument dtype={dtype} is not supported on {device} by this torch ({reason}); "
+                        "use dtype=float32 (or dtype=bfloat16 on CPU), or run on a GPU") from None
+
+
 class ClipEncoder:
-    """A transformers CLIP checkpoint: captions and frames into its joint space."""
+    """A transformers CLIP checkpoint: captions and frames into its joint space.
+
+    ``dtype`` is the precision of the weights and activations (CLIP4Clip runs
+    CLIP in float16); embeddings are returned as float32 whatever it is.
+    """
 
     def __init__(self, pretrained: str, *, revision: str | None = None, device: str | None = None,
-                 local_files_only: bool = False, batch_size: int = 64, arg: str = "pretrained"):
+                 local_files_only: bool = False, batch_size: int = 64, dtype: str = "float32",
+                 arg: str = "pretrained"):
+        import torch
         from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
         if batch_size < 1:
             raise UserError(f"model argument batch_size={batch_size} must be at least 1")
+        self.dtype = canonical_dtype(dtype)
         self.source = resolve_source(arg, pretrained)
         kw = {"revision": revision, "local_files_only": local_files_only}
         self.model = load_guard(arg, pretrained, lambda: CLIPModel.from_pretrained(self.source, **kw))
         self.tokenizer = load_guard(arg, pretrained, lambda: AutoTokenizer.from_pretrained(self.source, **kw))
         self.processor = load_guard(arg, pretrained,
                                     lambda: AutoImageProcessor.from_pretrained(self.source, **kw))
-        self.model.eval().to(_device(device))
+        self.torch_dtype = getattr(torch, self.dtype)
+        self.model.eval().to(_device(device), dtype=self.torch_dtype)
         self.device = self.model.device
         self.batch_size = batch_size
         self.dim = int(self.model.config.projection_dim)
-        self.max_length = min(int(self.tokenizer.model_max_length),
-                              int(self.model.config.text_config.max_position_embeddings))
+        #: the checkpoint's text context in tokens, start and end tokens included (77 for OpenAI CLIP)
+        self.context_length = min(int(self.tokenizer.model_max_length),
+                                  int(self.model.config.text_config.max_position_embeddings))
         self.fingerprint = checkpoint_fingerprint(self.source, self.model, revision)
 
-    def text(self, texts: Sequence[str]) -> np.ndarray:
-        """Caption (or transcript) embeddings; text beyond the model's context is truncated."""
+    def text(self, texts: Sequence[str], max_tokens: int | None = None) -> np.ndarray:
+        """Caption (or transcript) embeddings, each text cut to ``max_tokens`` tokens (default: the context).
+
+        The count includes the start and end tokens, like CLIP4Clip's
+        ``max_words`` (32 on MSR-VTT: the start token, 30 word pieces, the end token).
+        """
+        limit = self.context_length if max_tokens is None else max_tokens
+
         def encode(batch: list[str]):
-            enc = self.tokenizer(batch, padding=True, truncation=True, max_length=self.max_length,
+            enc = self.tokenizer(batch, padding=True, truncation=True, max_length=limit,
                                  return_tensors="pt").to(self.device)
-            return self.model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+            return _reduced_precision_guard(self.dtype, self.device, lambda: self.model.get_text_features(
+                input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]))
 
         feats = _batched(texts, self.batch_size, self.dim, encode)
         return l2norm(feats, "a text embedding") if len(feats) else feats
@@ -142,7 +183,9 @@ class ClipEncoder:
         """Per-frame image embeddings (not normalised: :func:`mean_pool` does that)."""
         def encode(batch: list[Image.Image]):
             pixels = self.processor(images=batch, return_tensors="pt")["pixel_values"]
-            return self.model.get_image_features(pixel_values=pixels.to(self.device))
+            pixels = pixels.to(self.device, dtype=self.torch_dtype)
+            return _reduced_precision_guard(self.dtype, self.device,
+                                            lambda: self.model.get_image_features(pixel_values=pixels))
 
         return _batched(images, self.batch_size, self.dim, encode)
 
@@ -220,6 +263,20 @@ def centre_crop(wave: np.ndarray, n: int) -> np.ndarray:
     return wave[start:start + n]
 
 
+def clap_text_limit(tokenizer: Any, text_config: Any) -> int:
+    """Tokens CLAP's RoBERTa-style text tower can place: positions start after the padding index.
+
+    A tokenizer saved without ``model_max_length`` reports a huge number, and
+    truncating to it would let a long caption run past the position table
+    (an index error deep in torch); so the model's own limit,
+    ``max_position_embeddings - pad_token_id - 1`` (512 for laion/clap), caps it.
+    """
+    positions = int(text_config.max_position_embeddings)
+    pad = getattr(text_config, "pad_token_id", None)
+    model_limit = positions - (int(pad) + 1 if pad is not None else 0)
+    return min(int(tokenizer.model_max_length), model_limit)
+
+
 class ClapEncoder:
     """A transformers CLAP checkpoint (``ClapModel``): captions and audio into its joint space."""
 
@@ -238,11 +295,14 @@ class ClapEncoder:
         self.sampling_rate = int(self.extractor.sampling_rate)
         self.max_samples = int(self.extractor.nb_max_samples)
         self.dim = int(self.model.config.projection_dim)
+        self.max_text_tokens = clap_text_limit(self.tokenizer, self.model.config.text_config)
         self.fingerprint = checkpoint_fingerprint(self.source, self.model, revision)
 
     def text(self, texts: Sequence[str]) -> np.ndarray:
+        """Caption embeddings, each cut to the text tower's position limit (longer text would not fit it)."""
         def encode(batch: list[str]):
-            enc = self.tokenizer(batch, padding=True, truncation=True, return_tensors="pt").to(self.device)
+            enc = self.tokenizer(batch, padding=True, truncation=True, max_length=self.max_text_tokens,
+                                 return_tensors="pt").to(self.device)
             return self.model.get_text_features(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
 
         feats = _batched(texts, self.batch_size, self.dim, encode)

@@ -6,10 +6,24 @@ relevant item in the gallery sorted by decreasing score.
 * text-to-video (``t2v``): each caption is a query; its one relevant item is
   its video.
 * video-to-text (``v2t``): each video that has at least one caption is a
-  query; every one of its captions is relevant, so the query is a hit at k
-  when ANY of them is within the top k and its rank is the best rank among
-  them. Videos without captions are not queries (they stay in the t2v
-  gallery).
+  query. Videos without captions are not queries (they stay in the t2v
+  gallery). With several captions per video (MSVD, VATEX) there are two
+  conventions (:data:`V2T_CONVENTIONS`):
+
+  - ``best_caption`` (default, CLIP4Clip's multi-sentence evaluation): the
+    gallery is the *videos' caption sets*; a caption set scores as its best
+    caption, and the query's one relevant item is its own set. CLIP4Clip pads
+    each video's captions to a (videos x captions x videos) tensor, takes the
+    max over the caption axis (``tensor_video_to_text_sim``) and ranks the
+    resulting square video x video matrix (``compute_metrics``). The gallery
+    therefore has one item per video.
+  - ``all_captions``: the gallery is every caption; all the query's captions
+    are relevant, so the query is a hit at k when ANY of them is within the
+    top k and its rank is the best rank among them. Another video's captions
+    each count, so ranks are never better than under ``best_caption`` (for
+    the same scores, per query) and are usually worse.
+
+  With one caption per video the two conventions give the same ranks.
 
 Tie rule (pessimistic): an irrelevant item that scores the *same* as the
 best relevant item is ranked before it, so::
@@ -21,6 +35,11 @@ gets the worst rank (gallery size), not rank 1, and the result does not depend
 on the order of the gallery or on a sort's stability. Relevant items never
 push each other down (a tie between two captions of the same video is still
 rank 1). For t2v this is ``1 + #{g != target : score >= target score}``.
+(CLIP4Clip's ``compute_metrics`` has no tie rule: a query whose target ties
+with k other items is counted k + 1 times, once at each tied position, and
+its multi-sentence t2v sorts with ``torch.argsort``, whose order among equal
+scores is unspecified. With real-valued model scores exact ties do not
+occur, and then all of these agree.)
 
 Ranks need only, per query, a count of items scoring at least as well as the
 target, never a sort. Both entry points work on blocks of queries:
@@ -40,10 +59,38 @@ import numpy as np
 from mmcomp_eval.errors import UserError
 
 TIE_RULE = "pessimistic"
+TIE_RULE_DESCRIPTION = ("an irrelevant item scoring the same as the best relevant one ranks before it: "
+                        "rank = 1 + #{irrelevant items with score >= best relevant score}")
+#: v2t conventions for datasets with several captions per video: name -> what the gallery is
+V2T_CONVENTIONS = {
+    "best_caption": "CLIP4Clip multi-sentence: a video query ranks the videos' caption sets, each scored by its "
+                    "best caption (gallery = videos)",
+    "all_captions": "a video query ranks every caption; its rank is that of its best own caption among all "
+                    "captions (gallery = captions)",
+}
+DEFAULT_V2T = "best_caption"
 KS = (1, 5, 10)
 DIRECTIONS = ("t2v", "v2t")
 #: similarity values held at once (per strip) by the chunked paths: 64 MiB of float32.
 DEFAULT_BLOCK_ELEMENTS = 1 << 24
+
+
+@dataclass(frozen=True)
+class GalleryGroups:
+    """Gallery columns max-pooled into groups before ranking: CLIP4Clip's v2t over a video's captions.
+
+    ``order`` lists the columns group by group (None: they already are, as in
+    a :class:`~mmcomp_eval.data.captions.CaptionDataset`); group ``k`` is
+    ``order[starts[k]:starts[k + 1]]`` and scores as the best of them.
+    """
+
+    order: np.ndarray | None
+    starts: np.ndarray
+
+    def pool(self, strip: np.ndarray) -> np.ndarray:
+        """(queries x columns) scores -> (queries x groups) best scores."""
+        grouped = strip if self.order is None else strip[:, self.order]
+        return np.maximum.reduceat(grouped, self.starts, axis=1)
 
 
 @dataclass(frozen=True)
@@ -52,12 +99,15 @@ class Relevance:
 
     ``queries[i]`` is the row of the query matrix that is query ``i``; its
     relevant gallery items are ``indices[indptr[i]:indptr[i + 1]]``.
+    ``n_gallery`` counts the score columns a query gets; with ``groups`` they
+    are pooled into groups first and ``indices`` name groups.
     """
 
     queries: np.ndarray
     indptr: np.ndarray
     indices: np.ndarray
     n_gallery: int
+    groups: GalleryGroups | None = None
 
     @property
     def one_per_query(self) -> bool:
@@ -82,14 +132,28 @@ def text_to_video(caption_video: Sequence[int] | np.ndarray, n_videos: int) -> R
     return Relevance(np.arange(n), np.arange(n + 1), cv, n_videos)
 
 
-def video_to_text(caption_video: Sequence[int] | np.ndarray, n_videos: int) -> Relevance:
-    """Each video with captions is a query; all its captions are relevant."""
+def video_to_text(caption_video: Sequence[int] | np.ndarray, n_videos: int,
+                  convention: str = DEFAULT_V2T) -> Relevance:
+    """Each video with captions is a query, against caption sets or single captions (:data:`V2T_CONVENTIONS`)."""
+    check_v2t_convention(convention)
     cv = _check_mapping(caption_video, n_videos)
     order = np.argsort(cv, kind="stable")
     counts = np.bincount(cv, minlength=n_videos)
     queries = np.flatnonzero(counts)
     indptr = np.concatenate([[0], np.cumsum(counts[queries])])
-    return Relevance(queries, indptr, order, len(cv))
+    if convention == "all_captions" or len(cv) == len(queries):
+        # with one caption per video a caption set is that caption: both conventions are the same ranking
+        return Relevance(queries, indptr, order, len(cv))
+    # best_caption: group k is query k's captions; its one relevant item is group k
+    n = len(queries)
+    grouped = None if np.array_equal(order, np.arange(len(cv))) else order
+    return Relevance(queries, np.arange(n + 1), np.arange(n), len(cv), GalleryGroups(grouped, indptr[:-1]))
+
+
+def check_v2t_convention(convention: str) -> str:
+    if convention not in V2T_CONVENTIONS:
+        raise UserError(f"video-to-text convention {convention!r} is not one of {', '.join(V2T_CONVENTIONS)}")
+    return convention
 
 
 def _strip_ranks(strip: np.ndarray, rel: Relevance, lo: int, hi: int) -> np.ndarray:
@@ -132,7 +196,7 @@ def ranks_from_similarity(sim: np.ndarray, rel: Relevance, *, block_elements: in
             row = int(rel.queries[lo + np.flatnonzero(np.isnan(strip).any(axis=1))[0]])
             raise UserError(f"similarity row {row} contains NaN; fix the model's embeddings (a zero vector "
                             "normalised?)")
-        out[lo:hi] = _strip_ranks(strip, rel, lo, hi)
+        out[lo:hi] = _strip_ranks(_pooled(strip, rel), rel, lo, hi)
     return out
 
 
@@ -156,8 +220,12 @@ def ranks_from_embeddings(query_emb: np.ndarray, gallery_emb: np.ndarray, rel: R
     for lo in range(0, len(rel.queries), step):
         hi = min(lo + step, len(rel.queries))
         strip = q[rel.queries[lo:hi]] @ gt
-        out[lo:hi] = _strip_ranks(strip, rel, lo, hi)
+        out[lo:hi] = _strip_ranks(_pooled(strip, rel), rel, lo, hi)
     return out
+
+
+def _pooled(strip: np.ndarray, rel: Relevance) -> np.ndarray:
+    return strip if rel.groups is None else rel.groups.pool(strip)
 
 
 def _finite_2d(x: np.ndarray, what: str) -> np.ndarray:
@@ -174,8 +242,8 @@ def _finite_2d(x: np.ndarray, what: str) -> np.ndarray:
 # -- summaries -----------------------------------------------------------------
 
 
-def summarize(ranks: np.ndarray) -> dict[str, float | int]:
-    """R@1/5/10 and SumR in percent, median and mean rank (1 = best), query count."""
+def summarize(ranks: np.ndarray, n_gallery: int | None = None) -> dict[str, float | int]:
+    """R@1/5/10 and SumR in percent, median and mean rank (1 = best), query count (and gallery size)."""
     r = np.asarray(ranks)
     if r.size == 0:
         raise UserError("no queries to score: the dataset has no captions")
@@ -184,6 +252,8 @@ def summarize(ranks: np.ndarray) -> dict[str, float | int]:
     out["MdR"] = float(np.median(r))
     out["MnR"] = float(r.mean())
     out["n_queries"] = int(r.size)
+    if n_gallery is not None:
+        out["n_gallery"] = int(n_gallery)
     return out
 
 
@@ -196,36 +266,39 @@ class RetrievalScores:
     v2t_videos: np.ndarray
     n_videos: int
     n_captions: int
+    v2t_convention: str = DEFAULT_V2T
 
     def metrics(self) -> dict[str, dict]:
-        return {"t2v": summarize(self.t2v_ranks), "v2t": summarize(self.v2t_ranks)}
+        """Both directions' summaries; ``n_gallery`` says what a v2t rank is out of."""
+        v2t_gallery = len(self.v2t_videos) if self.v2t_convention == "best_caption" else self.n_captions
+        return {"t2v": summarize(self.t2v_ranks, self.n_videos), "v2t": summarize(self.v2t_ranks, v2t_gallery)}
 
 
 def score_similarity(sim: np.ndarray, caption_video: Sequence[int] | np.ndarray, *,
-                     block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> RetrievalScores:
-    """Both directions from a (captions x videos) similarity matrix."""
+                     block_elements: int = DEFAULT_BLOCK_ELEMENTS, v2t: str = DEFAULT_V2T) -> RetrievalScores:
+    """Both directions from a (captions x videos) similarity matrix; ``v2t`` is a :data:`V2T_CONVENTIONS` name."""
     s = np.asarray(sim)
     if s.ndim != 2 or s.shape[0] != len(caption_video):
         raise UserError(f"similarity matrix shape {s.shape} does not match {len(caption_video)} captions "
                         "(rows must be captions, columns videos)")
     t2v = text_to_video(caption_video, s.shape[1])
-    v2t = video_to_text(caption_video, s.shape[1])
+    v2t_rel = video_to_text(caption_video, s.shape[1], v2t)
     return RetrievalScores(ranks_from_similarity(s, t2v, block_elements=block_elements),
-                           ranks_from_similarity(s.T, v2t, block_elements=block_elements),
-                           v2t.queries, s.shape[1], s.shape[0])
+                           ranks_from_similarity(s.T, v2t_rel, block_elements=block_elements),
+                           v2t_rel.queries, s.shape[1], s.shape[0], v2t)
 
 
 def score_embeddings(text_emb: np.ndarray, video_emb: np.ndarray, caption_video: Sequence[int] | np.ndarray, *,
-                     block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> RetrievalScores:
+                     block_elements: int = DEFAULT_BLOCK_ELEMENTS, v2t: str = DEFAULT_V2T) -> RetrievalScores:
     """Both directions with similarity = dot product (cosine for normalised embeddings), chunked."""
     n_videos = np.asarray(video_emb).shape[0]
     if np.asarray(text_emb).shape[0] != len(caption_video):
         raise UserError(f"{np.asarray(text_emb).shape[0]} caption embeddings for {len(caption_video)} captions")
     t2v = text_to_video(caption_video, n_videos)
-    v2t = video_to_text(caption_video, n_videos)
+    v2t_rel = video_to_text(caption_video, n_videos, v2t)
     return RetrievalScores(ranks_from_embeddings(text_emb, video_emb, t2v, block_elements=block_elements),
-                           ranks_from_embeddings(video_emb, text_emb, v2t, block_elements=block_elements),
-                           v2t.queries, n_videos, len(caption_video))
+                           ranks_from_embeddings(video_emb, text_emb, v2t_rel, block_elements=block_elements),
+                           v2t_rel.queries, n_videos, len(caption_video), v2t)
 
 
 def mean_r1(r1_by_dataset: Mapping[str, float]) -> float:

@@ -1,26 +1,28 @@
-"""Retrieval models: ``clip`` (CLIP4Clip meanP, zero-shot) and ``fusion`` (SAVE-style audio + speech).
+"""Retrieval models: ``clip`` (CLIP4Clip meanP, zero-shot) and ``fusion`` (a score-fusion baseline of ours).
 
 A retrieval model turns captions and videos into vectors whose dot product is
 the caption-video similarity. That one contract is all the scorer needs, and
 it lets :mod:`mmcomp_eval.retrieval.metrics` compute similarities block by
-block from embeddings instead of holding a captions x videos matrix.
+block from embeddings instead of holding a captions x videos matrix. A model
+whose scores depend on the whole gallery (``fusion`` normalises over it) maps
+the embeddings once more in :meth:`RetrievalModel.score_vectors`.
 
-* ``clip``: N uniformly sampled frames per video (the media layer), CLIP image
-  embeddings normalised per frame, mean-pooled and normalised again (CLIP4Clip
-  "meanP"); a caption is CLIP's text embedding. Video embeddings are cached
-  on disk (see :mod:`mmcomp_eval.retrieval.cache`). A video may come as a
-  precomputed feature file instead (``.npy``/``.npz``: one vector or one per
-  frame, already in the joint space).
-* ``fusion``: the ``clip`` similarity plus, with weights, the similarity of the
-  caption to the video's speech transcript (CLIP text tower on both sides)
-  and, when a CLAP checkpoint is given, of the caption to the audio track::
-
-      s = w_video * cos(t, v) + w_transcript * cos(t, transcript) + w_audio * cos_clap(t, audio)
-
-  This is a dot product of concatenated vectors, ``[w_v t, w_s t, w_a t_clap]``
-  against ``[v, transcript, audio]``. An item without a transcript or audio
-  gets a zero vector there, so that term contributes 0 for it (it neither
-  helps nor hurts more than a transcript unrelated to every caption).
+* ``clip``: CLIP4Clip "meanP" as its code runs it by default: frames sampled
+  at one per second, at most ``n_frames`` (12) of them evenly spaced
+  (``frame_sampling=clip4clip``; ``uniform`` takes ``n_frames`` segment
+  centres instead), CLIP image embeddings normalised per frame, mean-pooled
+  and normalised again; a caption is CLIP's text embedding of at most
+  ``max_text_tokens`` (32) tokens. Video embeddings are cached on disk (see
+  :mod:`mmcomp_eval.retrieval.cache`). A video may come as a precomputed
+  feature file instead (``.npy``/``.npz``: one vector or one per frame,
+  already in the joint space).
+* ``fusion``: a score-level fusion **baseline of our own**, not SAVE's model
+  (SAVE learns a speech-aware video encoder; nothing here is trained): the
+  ``clip`` score plus, with weights, the cosine of the caption with the
+  video's speech transcript (CLIP text tower on both sides) and, when a CLAP
+  checkpoint is given, with its audio track. Each part is z-scored per
+  caption over the videos that have it (:mod:`mmcomp_eval.retrieval.fusion`),
+  so a missing transcript or audio track neither helps nor hurts a video.
 
 Weights of randomly initialised test models produce meaningless scores; they
 exercise the code path only.
@@ -37,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.media.video import sample_uniform_frames
+from mmcomp_eval.media.video import FRAME_SAMPLINGS, sample_frames
 from mmcomp_eval.models.registry import ModelRegistry
 from mmcomp_eval.retrieval.cache import EmbeddingCache
 from mmcomp_eval.retrieval.encoders import (
@@ -48,6 +50,7 @@ from mmcomp_eval.retrieval.encoders import (
     load_feature_file,
     mean_pool,
 )
+from mmcomp_eval.retrieval.fusion import NORMALISATIONS, Modality, fusion_vectors
 
 
 @dataclass(frozen=True)
@@ -76,10 +79,30 @@ class RetrievalModel(ABC):
 
     @abstractmethod
     def embed_videos(self, items: Sequence[VideoItem]) -> np.ndarray:
-        """(n_videos, d) float32, same d as :meth:`embed_captions`."""
+        """(n_videos, d') float32; d' = d unless :meth:`score_vectors` maps both sides to one width."""
+
+    def score_vectors(self, caption_emb: np.ndarray, video_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors whose dot product is the score ranked, given the whole gallery; the embeddings themselves here."""
+        return caption_emb, video_emb
+
+    def scoring(self) -> str:
+        """How a caption-video score is computed, in words (recorded in results)."""
+        return "cosine of the caption and video embeddings"
 
 
 RETRIEVAL_MODELS = ModelRegistry("retrieval model")
+
+
+#: CLIP4Clip's per-dataset settings where they differ from ``clip``'s defaults (its MSR-VTT, MSVD and LSMDC
+#: ones: 12 frames, 32 tokens): DiDeMo is paragraph retrieval there, ``--max_words 64 --max_frames 64``
+CLIP4CLIP_DATASET_ARGS: dict[str, dict[str, int]] = {"didemo": {"n_frames": 64, "max_text_tokens": 64}}
+
+
+def dataset_model_args(model: str, dataset: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """CLIP4Clip's settings for ``dataset`` that ``args`` leaves unset, for the CLIP-based models; else none."""
+    if model not in RETRIEVAL_MODELS or RETRIEVAL_MODELS.canonical(model) not in ("clip", "fusion"):
+        return {}
+    return {k: v for k, v in CLIP4CLIP_DATASET_ARGS.get(dataset, {}).items() if k not in args}
 
 
 def create_retrieval_model(name: str, args: str | Mapping[str, Any] | None = None) -> RetrievalModel:
@@ -91,30 +114,48 @@ def create_retrieval_model(name: str, args: str | Mapping[str, Any] | None = Non
 
 @RETRIEVAL_MODELS.register("clip", aliases=("clip4clip-meanp",))
 class ClipRetrieval(RetrievalModel):
-    """Zero-shot CLIP video retrieval, CLIP4Clip meanP pooling (any transformers CLIP checkpoint)."""
+    """Zero-shot CLIP video retrieval, CLIP4Clip meanP pooling (any transformers CLIP checkpoint).
+
+    The defaults are CLIP4Clip's MSR-VTT settings (``--max_frames 12
+    --max_words 32 --slice_framepos 2``, 1 frame per second); CLIP4Clip runs
+    CLIP in float16 (``dtype=float16``), the default here is float32 so that
+    CPU runs work everywhere.
+    """
 
     name = "clip"
 
     def __init__(self, pretrained: str = "openai/clip-vit-base-patch32", n_frames: int = 12,
+                 frame_sampling: str = "clip4clip", max_text_tokens: int = 32, dtype: str = "float32",
                  batch_size: int = 64, device: str | None = None, revision: str | None = None,
                  local_files_only: bool = False, offline: bool = False, cache: bool = True):
         if n_frames < 1:
             raise UserError(f"model argument n_frames={n_frames} must be at least 1")
+        if frame_sampling not in FRAME_SAMPLINGS:
+            raise UserError(f"model argument frame_sampling={frame_sampling} is not one of "
+                            f"{', '.join(FRAME_SAMPLINGS)}")
         self.pretrained = pretrained
         self.n_frames = n_frames
+        self.frame_sampling = frame_sampling
         self.encoder = ClipEncoder(pretrained, revision=revision, device=device, batch_size=batch_size,
-                                   local_files_only=local_files_only or offline)
+                                   local_files_only=local_files_only or offline, dtype=dtype)
+        if not 2 <= max_text_tokens <= self.encoder.context_length:
+            raise UserError(f"model argument max_text_tokens={max_text_tokens} must be between 2 and the "
+                            f"checkpoint's context of {self.encoder.context_length} tokens")
+        self.max_text_tokens = max_text_tokens
+        # text is not cached, so max_text_tokens stays out of the video cache key (it is in fingerprint())
         self.cache = EmbeddingCache({"kind": "clip-meanP", "checkpoint": self.encoder.fingerprint,
-                                     "n_frames": n_frames}, enabled=cache)
+                                     "n_frames": n_frames, "frame_sampling": frame_sampling,
+                                     "dtype": self.encoder.dtype}, enabled=cache)
         #: videos decoded and encoded by this instance (cache misses), for logs and tests
         self.videos_encoded = 0
 
     def fingerprint(self) -> dict[str, Any]:
         return {"name": self.name, "pooling": "meanP", "n_frames": self.n_frames,
-                "checkpoint": self.encoder.fingerprint}
+                "frame_sampling": self.frame_sampling, "max_text_tokens": self.max_text_tokens,
+                "dtype": self.encoder.dtype, "checkpoint": self.encoder.fingerprint}
 
     def embed_captions(self, captions: Sequence[str]) -> np.ndarray:
-        return self.encoder.text(captions)
+        return self.encoder.text(captions, self.max_text_tokens)
 
     def embed_videos(self, items: Sequence[VideoItem]) -> np.ndarray:
         out = np.zeros((len(items), self.encoder.dim), dtype=np.float32)
@@ -127,12 +168,12 @@ class ClipRetrieval(RetrievalModel):
             if item.video_path is None:
                 raise UserError(f"video '{item.video_id}' has neither a video file nor a feature file; "
                                 "give --videos-dir or --features-dir")
-            key = self.cache.key(item.video_path, n_frames=self.n_frames)
+            key = self.cache.key(item.video_path)
             hit = self.cache.get(key)
             if hit is not None:
                 out[row] = hit
                 continue
-            frames = sample_uniform_frames(item.video_path, self.n_frames)
+            frames = sample_frames(item.video_path, self.n_frames, self.frame_sampling)
             pending.append((row, key, frames))
             n_pending_frames += len(frames)
             if n_pending_frames >= self.encoder.batch_size:
@@ -154,26 +195,38 @@ class ClipRetrieval(RetrievalModel):
             self.videos_encoded += 1
 
 
-@RETRIEVAL_MODELS.register("fusion", aliases=("save-fusion",))
-class FusionRetrieval(RetrievalModel):
-    """SAVE-style late fusion: CLIP video + transcript text + (optional) CLAP audio similarities."""
+@RETRIEVAL_MODELS.register("fusion", aliases=("score-fusion",))
+class ScoreFusionBaseline(RetrievalModel):
+    """Our score-level fusion baseline (not SAVE's learned model): CLIP frames + transcript + CLAP audio scores.
+
+    ``s = w_video z_frames + w_transcript z_transcript + w_audio z_audio``, each
+    ``z`` a cosine z-scored per caption over the videos that have that part
+    (``normalise=zscore``; ``none`` sums raw cosines, kept to measure the bias
+    that causes). The defaults (1, 0.5, 0.5) are ours, not tuned on anything.
+    """
 
     name = "fusion"
 
     def __init__(self, pretrained: str = "openai/clip-vit-base-patch32", clap: str | None = None,
                  w_video: float = 1.0, w_transcript: float = 0.5, w_audio: float | None = None,
-                 n_frames: int = 12, batch_size: int = 64, device: str | None = None,
-                 local_files_only: bool = False, offline: bool = False, cache: bool = True):
+                 normalise: str = "zscore", n_frames: int = 12, frame_sampling: str = "clip4clip",
+                 max_text_tokens: int = 32, dtype: str = "float32", batch_size: int = 64,
+                 device: str | None = None, local_files_only: bool = False, offline: bool = False,
+                 cache: bool = True):
         if w_audio is not None and w_audio > 0 and clap is None:
             raise UserError(f"model argument w_audio={w_audio} needs an audio-text model: add "
                             "clap=laion/clap-htsat-unfused (or a local CLAP folder) to --model-args")
+        if normalise not in NORMALISATIONS:
+            raise UserError(f"model argument normalise={normalise} is not one of {', '.join(NORMALISATIONS)}")
         self.weights = {"video": float(w_video), "transcript": float(w_transcript),
                         "audio": float(0.0 if clap is None else (0.5 if w_audio is None else w_audio))}
         bad = [f"w_{k}={v}" for k, v in self.weights.items() if v < 0]
         if bad or not any(self.weights.values()):
             raise UserError(f"fusion weights must be >= 0 and not all 0, got {', '.join(bad) or 'all 0'}")
-        self.clip = ClipRetrieval(pretrained, n_frames=n_frames, batch_size=batch_size, device=device,
-                                  local_files_only=local_files_only, offline=offline, cache=cache)
+        self.normalise = normalise
+        self.clip = ClipRetrieval(pretrained, n_frames=n_frames, frame_sampling=frame_sampling,
+                                  max_text_tokens=max_text_tokens, dtype=dtype, batch_size=batch_size,
+                                  device=device, local_files_only=local_files_only, offline=offline, cache=cache)
         self.clap = None
         self.audio_cache = None
         if clap is not None:
@@ -182,23 +235,43 @@ class FusionRetrieval(RetrievalModel):
                                                "centre_crop_samples": self.clap.max_samples}, enabled=cache)
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"name": self.name, "weights": self.weights, "video": self.clip.fingerprint(),
+        return {"name": self.name, "kind": "score-level fusion baseline (ours; not SAVE's learned model)",
+                "weights": self.weights, "normalise": self.normalise, "video": self.clip.fingerprint(),
                 "audio": None if self.clap is None else self.clap.fingerprint}
 
+    def scoring(self) -> str:
+        parts = [f"{w:g} x {k}" for k, w in self.weights.items() if w]
+        return f"score-level fusion baseline (ours, not SAVE): {' + '.join(parts)}; {NORMALISATIONS[self.normalise]}"
+
     def embed_captions(self, captions: Sequence[str]) -> np.ndarray:
-        t = self.clip.embed_captions(captions)
-        parts = [self.weights["video"] * t, self.weights["transcript"] * t]
+        """[CLIP text | CLAP text]: the caption in each space, unweighted (weights apply in :meth:`score_vectors`)."""
+        parts = [self.clip.embed_captions(captions)]
         if self.clap is not None:
-            parts.append(self.weights["audio"] * self.clap.text(captions))
+            parts.append(self.clap.text(captions))
         return np.concatenate(parts, axis=1).astype(np.float32)
 
     def embed_videos(self, items: Sequence[VideoItem]) -> np.ndarray:
+        """[frames | transcript | audio], zero where a video lacks that part."""
         parts = [self.clip.embed_videos(items), self._transcripts(items)]
         if self.clap is not None:
             parts.append(self._audio(items))
         return np.concatenate(parts, axis=1)
 
+    def modalities(self, caption_emb: np.ndarray, video_emb: np.ndarray) -> list[Modality]:
+        """The concatenated embeddings split back into their parts."""
+        d = self.clip.encoder.dim
+        clip_text = caption_emb[:, :d]
+        parts = [Modality("video", self.weights["video"], clip_text, video_emb[:, :d]),
+                 Modality("transcript", self.weights["transcript"], clip_text, video_emb[:, d:2 * d])]
+        if self.clap is not None:
+            parts.append(Modality("audio", self.weights["audio"], caption_emb[:, d:], video_emb[:, 2 * d:]))
+        return parts
+
+    def score_vectors(self, caption_emb: np.ndarray, video_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return fusion_vectors(self.modalities(caption_emb, video_emb), self.normalise)
+
     def _transcripts(self, items: Sequence[VideoItem]) -> np.ndarray:
+        """Transcripts in CLIP's text space, cut at the checkpoint's full context (they are not captions)."""
         out = np.zeros((len(items), self.clip.encoder.dim), dtype=np.float32)
         rows = [i for i, it in enumerate(items) if it.transcript and it.transcript.strip()]
         if rows:

@@ -20,6 +20,11 @@ from mmcomp_eval.errors import UserError
 from mmcomp_eval.retrieval.metrics import mean_r1
 from mmcomp_eval.retrieval.runner import ORIGINAL, RECORD_KIND, RETRIEVAL_SCHEMA_VERSION
 
+#: result schemas this report reads; version 1 files ranked v2t over all captions with uniform frames,
+#: 77 text tokens and float32 weights, and are read as such
+READABLE_SCHEMAS = (1, RETRIEVAL_SCHEMA_VERSION)
+V1_SETTINGS = {"v2t": "all_captions", "frame_sampling": "uniform", "max_text_tokens": 77, "dtype": "float32"}
+
 #: ICSVR Table 2 columns (per direction)
 TABLE2_SETS = (ORIGINAL, "actrem", "objattrrem", "synrem")
 #: ICSVR Figures 1-3: file stem, title, caption sets
@@ -68,9 +73,9 @@ def load_results(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
         if not isinstance(rec, dict) or rec.get("kind") != RECORD_KIND:
             raise UserError(f"{f} is not a retrieval result (no \"kind\": \"retrieval\"); give the files written "
                             "by `mmcomp-eval retrieval`")
-        if rec.get("schema_version") != RETRIEVAL_SCHEMA_VERSION:
+        if rec.get("schema_version") not in READABLE_SCHEMAS:
             raise UserError(f"{f} has schema_version {rec.get('schema_version')}; this mmcomp-eval reads "
-                            f"{RETRIEVAL_SCHEMA_VERSION}: rerun `mmcomp-eval retrieval`")
+                            f"{', '.join(map(str, READABLE_SCHEMAS))}: rerun `mmcomp-eval retrieval`")
         key = (label(rec), rec["dataset"]["name"], rec["dataset"]["split"])
         if key in seen:
             raise UserError(f"{f} and {seen[key]} are both '{key[0]}' on {key[1]}/{key[2]}; rerun one with "
@@ -82,6 +87,36 @@ def load_results(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
 
 def label(rec: dict[str, Any]) -> str:
     return str(rec["model"].get("label") or rec["model"]["name"])
+
+
+def settings(rec: dict[str, Any]) -> dict[str, Any]:
+    """The conventions a record's numbers depend on: v2t convention, frame sampling, text tokens, dtype."""
+    if rec.get("schema_version") == 1:
+        return dict(V1_SETTINGS)
+    fp = rec["model"].get("fingerprint") or {}
+    clip = fp.get("video") if isinstance(fp.get("video"), dict) else fp  # fusion nests its CLIP part
+    return {"v2t": rec["config"].get("v2t_convention"), "frame_sampling": clip.get("frame_sampling"),
+            "max_text_tokens": clip.get("max_text_tokens"), "dtype": clip.get("dtype")}
+
+
+def settings_table(records: Sequence[dict[str, Any]]) -> str:
+    """One row per result file: what its numbers depend on beyond the model and the data."""
+    lines = ["| model | dataset | v2t convention | frame sampling | text tokens | dtype |", "|---" * 6 + "|"]
+    for r in records:
+        st = settings(r)
+        cells = [_text(st[k]) for k in ("v2t", "frame_sampling", "max_text_tokens", "dtype")]
+        lines.append(f"| {label(r)} | {r['dataset']['name']}/{r['dataset']['split']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _text(x: Any) -> str:
+    return "-" if x is None else str(x)
+
+
+def mixed_settings(records: Sequence[dict[str, Any]], dataset: tuple[str, str]) -> list[str]:
+    """Settings that differ between the records of one dataset (their rows are then not like for like)."""
+    rows = [settings(r) for r in records if (r["dataset"]["name"], r["dataset"]["split"]) == dataset]
+    return [k for k in ("v2t", "frame_sampling", "max_text_tokens", "dtype") if len({str(s[k]) for s in rows}) > 1]
 
 
 def _r1(rec: dict[str, Any], caption_set: str, direction: str) -> float | None:
@@ -123,11 +158,16 @@ def all_sets_table(records: Sequence[dict[str, Any]], dataset: tuple[str, str], 
 
 
 def sumr_table(records: Sequence[dict[str, Any]], direction: str = "t2v") -> str:
-    """SAVE style: R@1/5/10 and SumR per dataset on the original captions, mR1 over each model's datasets."""
+    """SAVE style: R@1/5/10 and SumR per dataset on the original captions, and mR1 over all of them.
+
+    mR1 is given only to a model with results on every dataset of the
+    report: a mean over another set of datasets would sit in the same column
+    without being comparable, so such a cell says how many it has instead.
+    """
     datasets = _datasets(records)
     models = list(dict.fromkeys(label(r) for r in records))
     head = [f"{n}/{s} {m}" for n, s in datasets for m in ("R1", "R5", "R10", "SumR")]
-    lines = ["| model | " + " | ".join(head) + " | mR1 |", "|---" * (2 + len(head)) + "|"]
+    lines = ["| model | " + " | ".join(head) + f" | mR1 ({len(datasets)} datasets) |", "|---" * (2 + len(head)) + "|"]
     for m in models:
         cells, r1s = [], {}
         for ds in datasets:
@@ -137,7 +177,8 @@ def sumr_table(records: Sequence[dict[str, Any]], direction: str = "t2v") -> str
             cells += ["-"] * 4 if res is None else [f"{res[k]:.1f}" for k in ("R1", "R5", "R10", "SumR")]
             if res is not None:
                 r1s[f"{ds[0]}/{ds[1]}"] = res["R1"]
-        lines.append(f"| {m} | " + " | ".join(cells) + f" | {mean_r1(r1s):.1f} |")
+        mr1 = f"{mean_r1(r1s):.1f}" if len(r1s) == len(datasets) else f"none: {len(r1s)} of {len(datasets)} datasets"
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {mr1} |")
     return "\n".join(lines)
 
 
@@ -184,10 +225,17 @@ def build_report(paths: Iterable[Path], output_dir: Path, *, direction: str = "t
           f"{len(records)} result file(s). R@1 in percent; ties are ranked pessimistically "
           "(an item scoring the same as the target ranks before it).", "",
           "## SumR and mR1 (original captions, text-to-video)" if direction == "t2v"
-          else "## SumR and mR1 (original captions, video-to-text)", "", sumr_table(records, direction), ""]
+          else "## SumR and mR1 (original captions, video-to-text)", "", sumr_table(records, direction), "",
+          "mR1 is the unweighted mean of R@1 over every dataset in this report; a model without results on all of "
+          "them gets none, since a mean over a different set of datasets is not comparable.", "",
+          "## Settings", "", settings_table(records), ""]
     for ds in _datasets(records):
         name = f"{ds[0]}_{ds[1]}"
-        md += [f"## {ds[0]}/{ds[1]}", "", "R@1 like ICSVR Table 2:", "", table2(records, ds), "",
+        md += [f"## {ds[0]}/{ds[1]}", ""]
+        mixed = mixed_settings(records, ds)
+        if mixed:
+            md += [f"**Not like for like:** the models here differ in {', '.join(mixed)} (see Settings).", ""]
+        md += ["R@1 like ICSVR Table 2:", "", table2(records, ds), "",
                f"R@1 of every caption set ({DIRECTION_NAMES[direction]}):", "",
                all_sets_table(records, ds, direction), ""]
         for stem, title, sets in FIGURES:

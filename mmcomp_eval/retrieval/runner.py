@@ -23,11 +23,21 @@ from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.data.captions import CaptionDataset
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.evaluation.results import git_commit, package_versions
-from mmcomp_eval.retrieval.metrics import DEFAULT_BLOCK_ELEMENTS, TIE_RULE, RetrievalScores, score_embeddings
+from mmcomp_eval.retrieval.metrics import (
+    DEFAULT_BLOCK_ELEMENTS,
+    DEFAULT_V2T,
+    TIE_RULE,
+    TIE_RULE_DESCRIPTION,
+    V2T_CONVENTIONS,
+    RetrievalScores,
+    check_v2t_convention,
+    score_embeddings,
+)
 from mmcomp_eval.retrieval.models import RetrievalModel, VideoItem
 from mmcomp_eval.textfiles import read_text
 
-RETRIEVAL_SCHEMA_VERSION = 1
+#: 2: v2t convention (best_caption by default), frame sampling, dtype and text length recorded
+RETRIEVAL_SCHEMA_VERSION = 2
 RECORD_KIND = "retrieval"
 ORIGINAL = "original"
 VIDEO_EXTS = (".mp4", ".avi", ".webm", ".mkv", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -149,10 +159,11 @@ class RetrievalRun:
 
 def run_retrieval(model: RetrievalModel, ds: CaptionDataset, items: Sequence[VideoItem], sets: Sequence[CaptionSet],
                   *, model_info: Mapping[str, Any], config: Mapping[str, Any] | None = None,
-                  block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> RetrievalRun:
-    """Embed the videos once, then score every caption set in both directions."""
+                  block_elements: int = DEFAULT_BLOCK_ELEMENTS, v2t: str = DEFAULT_V2T) -> RetrievalRun:
+    """Embed the videos once, then score every caption set in both directions (``v2t``: a v2t convention)."""
     if [it.video_id for it in items] != list(ds.videos):
         raise ValueError("items must list the dataset's videos in gallery order")
+    check_v2t_convention(v2t)
     t0 = time.perf_counter()
     video_emb = model.embed_videos(items)
     timing = {"embed_videos_s": round(time.perf_counter() - t0, 3), "caption_sets_s": {}}
@@ -160,8 +171,8 @@ def run_retrieval(model: RetrievalModel, ds: CaptionDataset, items: Sequence[Vid
     rows: list[dict[str, Any]] = []
     for cs in sets:
         t1 = time.perf_counter()
-        scores = score_embeddings(model.embed_captions(cs.captions), video_emb, ds.caption_video,
-                                  block_elements=block_elements)
+        query, gallery = model.score_vectors(model.embed_captions(cs.captions), video_emb)
+        scores = score_embeddings(query, gallery, ds.caption_video, block_elements=block_elements, v2t=v2t)
         timing["caption_sets_s"][cs.name] = round(time.perf_counter() - t1, 3)
         results[cs.name] = {**scores.metrics(), "n_unchanged": cs.n_unchanged, "n_empty": cs.n_empty}
         rows += _rank_rows(cs, ds, scores)
@@ -175,8 +186,10 @@ def run_retrieval(model: RetrievalModel, ds: CaptionDataset, items: Sequence[Vid
         "model": {**model_info, "fingerprint": model.fingerprint()},
         "dataset": {"name": ds.name, "split": ds.split, "n_videos": len(ds.videos), "n_captions": len(ds.captions),
                     "sources": list(ds.sources), "notes": list(ds.notes)},
-        "config": {"tie_rule": TIE_RULE, "similarity": "dot product of the model's embeddings",
-                   **(config or {})},
+        "config": {"tie_rule": TIE_RULE, "tie_rule_description": TIE_RULE_DESCRIPTION,
+                   "v2t_convention": v2t, "v2t_convention_description": V2T_CONVENTIONS[v2t],
+                   "captions_per_video_max": max(len(c) for c in ds.video_captions),
+                   "similarity": model.scoring(), **(config or {})},
         "caption_sets": results,
         "timing": timing,
     }
@@ -211,8 +224,10 @@ def write_run(run: RetrievalRun, directory: Path) -> Path:
 def summary_table(record: Mapping[str, Any]) -> str:
     """Markdown: one row per caption set, both directions."""
     d = record["dataset"]
+    cfg = record["config"]
     head = (f"{record['model'].get('label') or record['model']['name']} on {d['name']}/{d['split']} "
-            f"({d['n_videos']} videos, {d['n_captions']} captions; ties ranked {record['config']['tie_rule']})")
+            f"({d['n_videos']} videos, {d['n_captions']} captions; ties ranked {cfg['tie_rule']}; "
+            f"v2t {cfg['v2t_convention']})")
     cols = ("R1", "R5", "R10", "MdR", "MnR", "SumR")
     lines = [head, "", "| caption set | " + " | ".join(f"t2v {c}" for c in cols) + " | "
              + " | ".join(f"v2t {c}" for c in cols) + " | unchanged |",
