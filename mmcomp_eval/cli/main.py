@@ -46,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        args.argv = argv  # --num-processes starts the same command again
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"mmcomp-eval: error: {exc}", file=sys.stderr)

@@ -23,8 +23,6 @@ from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.textfiles import read_text
 
 ANSWER_KINDS = ("narration", "verb", "noun", "text")
-OUTPUT_TYPES = ("generate", "rank_choices")
-CHOICE_SOURCES = ("ek100_verb_classes", "ek100_noun_classes")
 #: default ``prompt.max_chars``: far above any few-shot prompt, far below what exhausts memory
 DEFAULT_MAX_PROMPT_CHARS = 1_000_000
 
@@ -115,8 +113,10 @@ class TaskConfig:
     fewshot_split: str = "train"
     #: what the answer is: MRH and category accuracy use it
     answer_kind: str = "text"
+    #: how the model is asked and its answers read: a name in ``mmcomp_eval.tasks.outputs.OUTPUT_TYPES``
     output_type: str = "generate"
     #: with ``output_type: rank_choices``: where the candidate answers come from
+    #: (a name in ``mmcomp_eval.data.choice_sources.CHOICE_SOURCES``)
     choices: str | None = None
     fewshot: FewshotConfig = field(default_factory=FewshotConfig)
     #: how answers are decoded (``--gen-kwargs`` overrides it); ``seed`` comes from the run, never the file
@@ -137,11 +137,10 @@ class TaskConfig:
 
     def validate(self, where: str) -> None:
         _one_of(where, "answer_kind", self.answer_kind, ANSWER_KINDS)
-        _one_of(where, "output_type", self.output_type, OUTPUT_TYPES)
-        if self.output_type == "rank_choices":
-            if self.choices is None:
-                raise UserError(f"{where}: output_type 'rank_choices' needs 'choices' ({', '.join(CHOICE_SOURCES)})")
-            _one_of(where, "choices", self.choices, CHOICE_SOURCES)
+        from mmcomp_eval.tasks.outputs import OUTPUT_TYPES  # registered types, plugins' included
+
+        _one_of(where, "output_type", self.output_type, tuple(OUTPUT_TYPES))
+        OUTPUT_TYPES.get(self.output_type).check_config(self, where)
         if self.prompt.max_chars < 1:
             raise UserError(f"{where}: prompt.max_chars is {self.prompt.max_chars}; expected at least 1")
         if self.fewshot.k < 0:
