@@ -248,5 +248,5 @@ def _launch(n: int, writer: ResultWriter, spec: dict[str, Any]) -> dict[str, Any
     with tempfile.TemporaryDirectory(prefix="mmcomp-eval-") as tmp:
         results = Path(tmp) / "results.json"
         parallel.launch(["-m", "mmcomp_eval.evaluation.worker"], n, writer.lock,
-                        {SPEC_ENV: json.dumps(spec), RESULTS_ENV: str(results)})
+                        {SPEC_ENV: json.dumps(spec, default=str), RESULTS_ENV: str(results)})
         return json.loads(results.read_text()) if results.is_file() else None
