@@ -93,7 +93,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     from mmcomp_eval.errors import UserError
-    from mmcomp_eval.evaluation.evaluator import RunOptions, predict, prepare
+    from mmcomp_eval.evaluation.evaluator import predict
+    from mmcomp_eval.evaluation.prepare import RunOptions, load_media, prepare
     from mmcomp_eval.media.video import DECODES
     from mmcomp_eval.tasks.index import TaskIndex
 
@@ -117,6 +118,7 @@ def main(argv=None) -> int:
         opts = RunOptions(shots=args.shots, progress=False, include_paths=(tasks,))
         t0 = time.perf_counter()
         prepared = prepare(task, model, opts, index)
+        load_media(prepared, progress=False)
         t_prepare = time.perf_counter() - t0
         n_images = sum(len(pr.images) for pr in prepared.prompts[0])
         if cuda:

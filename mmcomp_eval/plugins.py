@@ -1,4 +1,4 @@
-"""Plugins: models, metrics and task folders from other installed packages.
+"""Plugins: models, metrics, output types and task folders from other installed packages.
 
 A package declares entry points in its ``pyproject.toml``::
 
@@ -6,6 +6,8 @@ A package declares entry points in its ``pyproject.toml``::
     my-model = "my_pkg.model:MyModel"          # a Model subclass
     [project.entry-points."mmcomp_eval.metrics"]
     my_metric = "my_pkg.metric:MyMetric"       # a Metric subclass
+    [project.entry-points."mmcomp_eval.output_types"]
+    my_output = "my_pkg.output:MyOutput"       # an OutputType subclass (``output_type: my_output``)
     [project.entry-points."mmcomp_eval.tasks"]
     my_pkg = "my_pkg:TASKS_DIR"                # a folder of task YAML and templates
 
@@ -30,6 +32,7 @@ from mmcomp_eval.errors import UserError
 
 MODELS_GROUP = "mmcomp_eval.models"
 METRICS_GROUP = "mmcomp_eval.metrics"
+OUTPUT_TYPES_GROUP = "mmcomp_eval.output_types"
 TASKS_GROUP = "mmcomp_eval.tasks"
 
 
@@ -72,6 +75,12 @@ def register_metrics(registry) -> None:
     from mmcomp_eval.api.metric import Metric
 
     _register(registry, METRICS_GROUP, Metric)
+
+
+def register_output_types(registry) -> None:
+    from mmcomp_eval.api.task import OutputType
+
+    _register(registry, OUTPUT_TYPES_GROUP, OutputType)
 
 
 @functools.cache

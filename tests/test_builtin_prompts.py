@@ -18,7 +18,7 @@ import json
 import pytest
 
 from mmcomp_eval.api.model import Model, ModelCapabilities
-from mmcomp_eval.evaluation.evaluator import RunOptions, prepare
+from mmcomp_eval.evaluation.prepare import RunOptions, prepare
 from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER as IMG
 from mmcomp_eval.config.task_config import DatasetConfig
 from mmcomp_eval.tasks.index import BUILTIN_PROMPTS, TaskIndex

@@ -18,7 +18,7 @@ import torch
 
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.evaluation.evaluator import RunOptions, with_generation_overrides
+from mmcomp_eval.evaluation.prepare import RunOptions, with_generation_overrides
 from mmcomp_eval.config.model_args import parse_model_args
 from mmcomp_eval.models import create_model
 from mmcomp_eval.models.batching import BatchSizer
@@ -330,18 +330,20 @@ def test_greedy_seeds_share_answers_of_identical_prompts(tiny_llama_dir, tmp_pat
 
 def test_requests_carry_the_seed_only_when_sampling(tmp_path):
     from mmcomp_eval.api.document import Document
-    from mmcomp_eval.evaluation.evaluator import PreparedTask, requests_for
+    from mmcomp_eval.evaluation.prepare import PreparedTask
+    from mmcomp_eval.tasks.loaders import DataContext
+    from mmcomp_eval.tasks.outputs.generate import Generate
     from mmcomp_eval.tasks.prompting import RenderedPrompt
 
     task = load_task_file(_task_file(tmp_path, ""))
     doc = Document("d0", {"word": "a", "answer": "a"})
     prompts = {3: [RenderedPrompt("word: a =>", None, ())]}
     prepared = PreparedTask(task, "test", [doc], 0, None, prompts, {3: [[]]})
-    _, reqs, _ = requests_for(prepared, 3)
+    reqs = Generate(task, DataContext()).requests(prepared, 3).requests
     assert reqs[0].settings == GenerationSettings()  # greedy: seed 0, whatever the run seed
-    sampled = PreparedTask(with_generation_overrides(task, {"do_sample": True}), "test", [doc], 0, None, prompts,
-                           {3: [[]]})
-    _, reqs, _ = requests_for(sampled, 3)
+    sampled = with_generation_overrides(task, {"do_sample": True})
+    reqs = Generate(sampled, DataContext()).requests(PreparedTask(sampled, "test", [doc], 0, None, prompts, {3: [[]]}),
+                                                     3).requests
     assert reqs[0].settings.seed == 3 and reqs[0].sampling_seed() != GenerationRequest(
         "x", "word: a =>", GenerationSettings(do_sample=True, seed=4)).sampling_seed()
     assert RunOptions().gen_kwargs == {}

@@ -14,6 +14,7 @@ from mmcomp_eval.data.category_map import CategoryMap
 from mmcomp_eval.data.vocab import CategoryIndex
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.metrics import METRICS, MetricResources, build_metric, metric_options
+from mmcomp_eval.metrics.category_accuracy import CATEGORY_MAP
 
 OFFLINE = MetricResources(offline=True)
 
@@ -220,7 +221,8 @@ def classes(tmp_path) -> MetricResources:
     (tmp_path / "verbs.csv").write_text(VERBS)
     (tmp_path / "nouns.csv").write_text(NOUNS)
     # class tables only (no annotations): tiers 3-4 of the category map
-    return MetricResources(CategoryMap(CategoryIndex.from_csv(tmp_path / "verbs.csv", tmp_path / "nouns.csv")))
+    categories = CategoryMap(CategoryIndex.from_csv(tmp_path / "verbs.csv", tmp_path / "nouns.csv"))
+    return MetricResources(prebuilt={CATEGORY_MAP: categories})
 
 
 def _docs(targets):
@@ -299,7 +301,7 @@ def test_category_accuracy_on_ek100_tables(reference_ek100):
     categories = CategoryMap.load(ek100.locate(reference_ek100))
     target = categories.action("dice parmesan")
     assert target.source == "parse"
-    metric = build_metric("category_accuracy", {}, MetricResources(categories))
+    metric = build_metric("category_accuracy", {}, MetricResources(prebuilt={CATEGORY_MAP: categories}))
     result = metric.compute(["slice paneer", "wash paneer"], ["", ""], _docs([(target.verb, target.noun)] * 2))
     assert result.per_sample == (100.0, 0.0)
 

@@ -44,7 +44,7 @@ def setup(tiny_llama_dir, tmp_path_factory):
               "--gen-kwargs", "do_sample=true,temperature=1.5,top_k=0"]  # sampled answers must not depend on processes
     assert main([*common, "--cache-dir", str(d / "store1"), "--output-path", str(d / "one")]) == 0
     return SimpleNamespace(dir=d, common=common, one=json.loads((d / "one" / "results.json").read_text()),
-                           samples=(d / "one" / "samples.jsonl").read_bytes())
+                           samples=(d / "one" / "samples.jsonl").read_bytes(), model_dir=str(tiny_llama_dir))
 
 
 def _env() -> dict:
@@ -53,16 +53,24 @@ def _env() -> dict:
 
 def test_num_processes_2_matches_1_and_resumes_in_1(setup, capsys):
     d, common = setup.dir, setup.common
-    proc = subprocess.run([sys.executable, "-m", "mmcomp_eval", *common, "--num-processes", "2",
-                           "--cache-dir", str(d / "store2"), "--output-path", str(d / "two")],
-                          capture_output=True, text=True, timeout=300, env=_env())
+    argv = [*common, "--num-processes", "2", "--cache-dir", str(d / "store2"), "--output-path", str(d / "two")]
+    proc = subprocess.run([sys.executable, "-m", "mmcomp_eval", *argv], capture_output=True, text=True, timeout=300,
+                          env=_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("| echo_task | test | 9 |") == 2  # one table (two metrics), from process 0 only
+    assert proc.stdout.count("| echo_task | test | 9 |") == 2  # one table (two metrics), printed once
     two = json.loads((d / "two" / "results.json").read_text())
     assert two["tasks"] == setup.one["tasks"]
     assert (d / "two" / "samples.jsonl").read_bytes() == setup.samples
-    # process 0 answered its shard (every other document, both seeds), then found the rest in the store
-    assert two["cache"]["misses"] == 10 and two["cache"]["hits"] == 18
+    # the record says what the user typed, not what process 0 was started with, and how many processes answered
+    assert two["command"][0].endswith("__main__.py") and two["command"][1:] == argv
+    assert two["processes"] == {"count": 2, "launcher": "mmcomp-eval"}
+    assert setup.one["processes"] == {"count": 1, "launcher": None}
+    # every request was looked up once, by the process whose share it was: process 0 every other document of
+    # both seeds (10), process 1 the rest (8); the counts are those of one process, summed
+    assert (two["cache"]["hits"], two["cache"]["misses"]) == (0, 18) == (setup.one["cache"]["hits"],
+                                                                         setup.one["cache"]["misses"])
+    assert two["cache"]["processes"] == [{"rank": 0, "hits": 0, "misses": 10}, {"rank": 1, "hits": 0, "misses": 8}]
+    assert not list((d / "store2" / "shards").iterdir())  # the helpers' reports are read and removed
 
     # the store written by 2 processes resumes in 1: nothing is asked again
     assert main([*common, "--cache-dir", str(d / "store2"), "--output-path", str(d / "again")]) == 0
@@ -80,4 +88,23 @@ def test_accelerate_launch_matches_1(setup):
     assert proc.returncode == 0, proc.stderr[-2000:]
     accel = json.loads((d / "accel" / "results.json").read_text())
     assert accel["tasks"] == setup.one["tasks"] and (d / "accel" / "samples.jsonl").read_bytes() == setup.samples
-    assert accel["cache"]["misses"] == 10  # two processes really shared the work
+    assert accel["cache"]["processes"] == [{"rank": 0, "hits": 0, "misses": 10}, {"rank": 1, "hits": 0, "misses": 8}]
+    assert accel["processes"] == {"count": 2, "launcher": "torchrun"}
+    # the launcher's command line (the parent of every worker), not a worker's argv
+    assert accel["command"][1:3] == ["-m", "accelerate.commands.launch"] and accel["command"][-4:] == [
+        "--cache-dir", str(d / "store3"), "--output-path", str(d / "accel")]
+
+
+def test_evaluate_with_num_processes_returns_process_0s_record(setup):
+    """The Python entry point starts the processes itself and hands back the record process 0 wrote."""
+    from mmcomp_eval import evaluate
+
+    d = setup.dir
+    results = evaluate("hf", "echo_task", model_args={"pretrained": setup.model_dir, "batch_size": 2},
+                       include_paths=[d / "tasks"], seeds=[0, 1], progress=False, num_processes=2,
+                       gen_kwargs={"do_sample": True, "temperature": 1.5, "top_k": 0},
+                       cache_dir=d / "store4", output_path=d / "api")
+    written = json.loads((d / "api" / "results.json").read_text())
+    assert results["tasks"] == written["tasks"] == setup.one["tasks"]
+    assert [(p["hits"], p["misses"]) for p in results["cache"]["processes"]] == [(0, 10), (0, 8)]
+    assert results["command"] == sys.argv and results["processes"]["count"] == 2

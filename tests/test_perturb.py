@@ -16,7 +16,7 @@ from mmcomp_eval.perturb import (KINDS, VocabularySource, dataset_vocabulary, lo
                                  parse_captions, perturb_captions)
 from mmcomp_eval.perturb.lexicon import find_wordnet
 from mmcomp_eval.perturb.vocab_source import build_counts
-from mmcomp_eval.config.task_config import load_task_file
+from mmcomp_eval.tasks.checks import load_checked
 
 EXAMPLE = "a guy wearing a red shirt drives a car while talking"
 #: a small corpus whose nouns and verbs are the whole replacement vocabulary
@@ -223,7 +223,7 @@ def test_task_yaml_perturbation(tmp_path, spacy_name):
     (tmp_path / "train.jsonl").write_text(json.dumps({"id": "t", "caption": EXAMPLE, "answer": "z"}) + "\n")
     path = tmp_path / "task.yaml"
     path.write_text(textwrap.dedent(TASK.format(kind="actneg", field="caption", model=spacy_name)))
-    task = load_task_file(path)
+    task = load_checked(path)
     assert task.perturbation.kind == "actneg" and task.perturbation.field == "caption"
     test = load_documents(task, "test", DataContext())
     assert test[0]["caption"] == "a guy not wearing a red shirt not drives a car while not talking"
@@ -235,10 +235,10 @@ def test_task_yaml_perturbation(tmp_path, spacy_name):
     path.write_text(textwrap.dedent(TASK.format(kind="actneg", field="captoin", model=spacy_name)))
     with pytest.raises(UserError, match=r"perturbation.field 'captoin' is not a field of document a "
                                         r"\(did you mean 'caption'\?\)"):
-        load_documents(load_task_file(path), "test", DataContext())
+        load_documents(load_checked(path), "test", DataContext())
     path.write_text(textwrap.dedent(TASK.format(kind="actnegate", field="caption", model=spacy_name)))
     with pytest.raises(UserError, match=r"perturbation.kind 'actnegate' is not one of .*did you mean 'actneg'"):
-        load_task_file(path)
+        load_checked(path)
 
 
 @pytest.fixture(scope="module")
@@ -450,7 +450,7 @@ def test_task_on_a_caption_dataset_draws_from_the_whole_dataset(tmp_path, spacy_
         metrics: [exact_match]
         perturbation: {{kind: objrep, field: caption, seed: 4, spacy_model: {spacy_name}, pos_roles: extended}}
         """))
-    task = load_task_file(path)
+    task = load_checked(path)
     docs = load_documents(task, "test", DataContext())
     expected = perturb_captions(VOCAB_CORPUS[:3], "objrep", seed=4, keys=[d.id for d in docs],
                                 spacy_model=spacy_name, pos_roles="extended",
@@ -464,7 +464,7 @@ def test_task_on_a_caption_dataset_draws_from_the_whole_dataset(tmp_path, spacy_
     path.write_text(path.read_text().replace("pos_roles: extended", "pos_roles: extendd"))
     with pytest.raises(UserError, match=r"perturbation.pos_roles 'extendd' is not one of paper, extended "
                                         r"\(did you mean 'extended'\?\)"):
-        load_task_file(path)
+        load_checked(path)
 
 
 def test_dataset_texts_cover_every_split_present(tmp_path):

@@ -1,4 +1,4 @@
-"""A real plugin package, built and pip-installed, used through the CLI: model, metric and tasks.
+"""A real plugin package, built and pip-installed, used through the CLI: model, metric, output type and tasks.
 
 The package is installed with ``pip install --target`` into a folder that
 only this test's subprocesses see (``PYTHONPATH``), not into the shared
@@ -32,6 +32,9 @@ last-word = "mmcomp_tiny_plugin.model:LastWord"
 
 [project.entry-points."mmcomp_eval.metrics"]
 first_letter = "mmcomp_tiny_plugin.metric:FirstLetter"
+
+[project.entry-points."mmcomp_eval.output_types"]
+shout = "mmcomp_tiny_plugin.output:Shout"
 
 [project.entry-points."mmcomp_eval.tasks"]
 tiny = "mmcomp_tiny_plugin:TASKS_DIR"
@@ -77,6 +80,18 @@ class FirstLetter(Metric):
         per = tuple(100.0 if p[:1] == r[:1] else 0.0 for p, r in zip(predictions, references))
         return MetricResult(self.name, sum(per) / len(per), per)
 '''
+OUTPUT = '''
+from mmcomp_eval.tasks.outputs.generate import Generate
+
+
+class Shout(Generate):
+    """Generated text, read in capitals."""
+
+    name = "shout"
+
+    def parse(self, answers):
+        return [p.upper() for p in super().parse(answers)]
+'''
 TASK = """
 task: plugin_echo
 dataset: {name: jsonl, options: {files: {test: docs.jsonl, train: docs.jsonl}}}
@@ -100,7 +115,10 @@ def plugin_site(tmp_path_factory) -> Path:
     (pkg / "__init__.py").write_text("from pathlib import Path\n\nTASKS_DIR = Path(__file__).parent / 'tasks'\n")
     (pkg / "model.py").write_text(textwrap.dedent(MODEL))
     (pkg / "metric.py").write_text(textwrap.dedent(METRIC))
+    (pkg / "output.py").write_text(textwrap.dedent(OUTPUT))
     (pkg / "tasks" / "plugin_echo.yaml").write_text(TASK)
+    (pkg / "tasks" / "plugin_shout.yaml").write_text(
+        TASK.replace("task: plugin_echo", "task: plugin_shout\noutput_type: shout"))
     (pkg / "tasks" / "plugin_echo.jinja").write_text(TEMPLATE)
     words = ["knife", "plate", "onion", "egg"]  # "egg" reversed after its first letter stays "egg"
     (pkg / "tasks" / "docs.jsonl").write_text(
@@ -126,11 +144,15 @@ def test_plugin_model_metric_and_tasks_through_the_cli(plugin_site, tmp_path):
     assert "first_letter" in ls["metrics"].stdout and "Right when the first letters agree." in ls["metrics"].stdout
     assert "plugin_echo" in ls["tasks"].stdout and "compact_nup" in ls["tasks"].stdout
 
-    run = _cli(plugin_site, "--model", "last-word", "--tasks", "plugin_echo", "--no-progress",
+    run = _cli(plugin_site, "--model", "last-word", "--tasks", "plugin_echo,plugin_shout", "--no-progress",
                "--cache-dir", str(tmp_path / "store"), "--output-path", str(tmp_path / "out"))
     assert run.returncode == 0, run.stderr
-    metrics = json.loads((tmp_path / "out" / "results.json").read_text())["tasks"]["plugin_echo"]["metrics"]
+    tasks = json.loads((tmp_path / "out" / "results.json").read_text())["tasks"]
+    metrics = tasks["plugin_echo"]["metrics"]
     assert metrics["exact_match"]["mean"] == 25.0 and metrics["first_letter"]["mean"] == 100.0
+    # the plugin's output type read the same answers in capitals: exact match ignores case, first_letter does not
+    shout = tasks["plugin_shout"]["metrics"]
+    assert shout["exact_match"]["mean"] == 25.0 and shout["first_letter"]["mean"] == 0.0
 
     # without the plugin on the path, its names are unknown again (one line, exit 2)
     gone = subprocess.run([sys.executable, "-m", "mmcomp_eval", "--model", "last-word", "--tasks", "plugin_echo"],

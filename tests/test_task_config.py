@@ -7,7 +7,8 @@ import textwrap
 import pytest
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.config.task_config import TaskConfig, load_task_file
+from mmcomp_eval.config.task_config import TaskConfig
+from mmcomp_eval.tasks.checks import load_checked
 from mmcomp_eval.tasks.index import TaskIndex
 
 BASE = """
@@ -40,40 +41,40 @@ def test_builtin_tasks_load():
 def test_unknown_key_suggests(tmp_path):
     p = write(tmp_path, "t.yaml", BASE + "promt: {}\n")
     with pytest.raises(UserError, match=r"unknown key 'promt' \(did you mean 'prompt'\?\)"):
-        load_task_file(p)
+        load_checked(p)
     p = write(tmp_path, "t.yaml", BASE.replace("instruction:", "instructions:"))
     with pytest.raises(UserError, match=r"unknown key 'prompt.instructions'"):
-        load_task_file(p)
+        load_checked(p)
 
 
 def test_type_and_value_errors(tmp_path):
     p = write(tmp_path, "t.yaml", BASE + "fewshot: {k: five}\n")
     with pytest.raises(UserError, match="'fewshot.k' must be an integer"):
-        load_task_file(p)
+        load_checked(p)
     p = write(tmp_path, "t.yaml", BASE + "output_type: generat\n")
     with pytest.raises(UserError, match="did you mean 'generate'"):
-        load_task_file(p)
+        load_checked(p)
     p = write(tmp_path, "t.yaml", BASE.replace("target_field: answer\n", ""))
     with pytest.raises(UserError, match="missing required key 'target_field'"):
-        load_task_file(p)
+        load_checked(p)
 
 
 def test_malformed_yaml_names_line(tmp_path):
     p = write(tmp_path, "t.yaml", "task: [unclosed\n")
     with pytest.raises(UserError, match=r"t.yaml:\d+:\d+: malformed YAML"):
-        load_task_file(p)
+        load_checked(p)
 
 
 def test_include_local_wins_and_cycles(tmp_path):
     write(tmp_path, "_base.yaml", BASE)
     p = write(tmp_path, "child.yaml", "include: _base.yaml\ntask: child\nprompt: {instruction: Other}\n")
-    cfg = load_task_file(p)
+    cfg = load_checked(p)
     assert isinstance(cfg, TaskConfig)
     assert cfg.task == "child" and cfg.prompt.instruction == "Other" and cfg.prompt.template == "my.jinja"
     write(tmp_path, "a.yaml", "include: b.yaml\n")
     write(tmp_path, "b.yaml", "include: a.yaml\n")
     with pytest.raises(UserError, match="include cycle"):
-        load_task_file(tmp_path / "a.yaml")
+        load_checked(tmp_path / "a.yaml")
 
 
 def test_unknown_task_suggests():

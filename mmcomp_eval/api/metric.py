@@ -30,6 +30,10 @@ class Metric(ABC):
     #: resamples per-sample scores; corpus statistics (BLEU) set False and are
     #: recomputed on every resample (fast through ``corpus_stats``/``from_stats``)
     decomposable: bool = True
+    #: names of run-level resources this metric reads (``MetricResources.get``), registered in
+    #: ``mmcomp_eval.metrics.registry.METRIC_RESOURCES``: each is built once per run, before the model
+    #: under evaluation loads, and only when a metric of the run declares it
+    resources: tuple[str, ...] = ()
 
     def corpus_stats(self, predictions: Sequence[str], references: Sequence[str],
                      docs: Sequence[Document]) -> list[tuple[float, ...]] | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +63,21 @@ class Model(ABC):
 
     name: str = "model"
     #: what this adapter can be asked; adapters whose abilities depend on their arguments
-    #: (``images=false``) set it per instance
+    #: (``images=false``) set it per instance and override :meth:`capabilities_for`
     capabilities: ModelCapabilities = ModelCapabilities()
+
+    @classmethod
+    def capabilities_for(cls, args: Mapping[str, Any]) -> ModelCapabilities:
+        """The capabilities an instance built with keyword arguments ``args`` will have, without building it.
+
+        A run reads this before the model loads, so that a task the model
+        cannot run (images for a text-only model, more images than it
+        takes, choices to rank without log-likelihoods) costs no load. The
+        default is the class attribute; an adapter whose capabilities depend
+        on its arguments overrides this, and a run refuses an instance whose
+        ``capabilities`` turn out different from what this promised.
+        """
+        return cls.capabilities
 
     @abstractmethod
     def generate(

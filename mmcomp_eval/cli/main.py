@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mmcomp_eval import __version__
+from mmcomp_eval.version import __version__
 from mmcomp_eval.errors import UserError
 
 SUBCOMMANDS = ("run", "data", "ls", "validate", "perturb", "retrieval", "retrieval-report", "compare")
@@ -46,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        args.argv = argv  # --num-processes starts the same command again
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"mmcomp-eval: error: {exc}", file=sys.stderr)

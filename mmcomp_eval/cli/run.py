@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from mmcomp_eval.errors import UserError
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    # allow_abbrev=False: --num-processes relaunches the command and must find its own flag verbatim.
+    # allow_abbrev=False: a flag is spelt out, so a later flag never changes what an old command means
     run = sub.add_parser("run", help="evaluate a model on tasks (default command)", allow_abbrev=False)
     run.add_argument("--model", required=True, help="adapter or preset name (see `mmcomp-eval ls models`)")
     run.add_argument("--model-args", default=None,
@@ -74,128 +73,34 @@ def _offline(args) -> bool:
     return bool(args.offline) or is_offline()
 
 
-def _go_offline() -> None:
-    """Make every library that could download something refuse to."""
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "MMCOMP_OFFLINE"):
-        os.environ[var] = "1"
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:  # read at import time: set it on the module too
-        constants.HF_HUB_OFFLINE = True
-
-
 def _data(args) -> DataContext:
     return DataContext(ek100_dir=args.ek100_dir, offline=_offline(args))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mmcomp_eval.runtime import parallel
-    from mmcomp_eval.evaluation.evaluator import RunOptions, run, with_generation_overrides
-    from mmcomp_eval.config.model_args import parse_model_args
-    from mmcomp_eval.models import create_model
+    """Flags to :func:`mmcomp_eval.evaluate` arguments; the results table on stdout."""
+    from mmcomp_eval.evaluation.evaluate import evaluate
     from mmcomp_eval.evaluation.report import markdown_table
-    from mmcomp_eval.evaluation.results import ResultWriter
-    from mmcomp_eval.config.task_config import parse_generation_overrides
-    from mmcomp_eval.tasks.index import TaskIndex
+    from mmcomp_eval.runtime.parallel import ProcessFailed
 
-    if args.num_processes != 1:
-        return _launch(args)
-    proc = parallel.current()
-    if proc.world_size > 1 and args.no_cache:
-        raise UserError("data-parallel runs pass answers through the response store; drop --no-cache")
-    if _offline(args):
-        _go_offline()
     if args.seeds < 1:
         raise UserError(f"--seeds {args.seeds}: expected at least 1")
-    gen_kwargs = parse_generation_overrides(parse_model_args(args.gen_kwargs, flag="--gen-kwargs"))
-    opts = RunOptions(shots=args.shots, seeds=tuple(range(args.seed, args.seed + args.seeds)), gen_kwargs=gen_kwargs,
-                      limit=args.limit, split=args.split, sampler=args.sampler,
-                      apply_chat_template=args.apply_chat_template,
-                      include_paths=tuple(args.include_path), data=_data(args),
-                      progress=not args.no_progress and proc.is_main)
-    opts.validate()
-    index = TaskIndex.build(tuple(args.include_path))
-    names = [n.strip() for n in args.tasks.split(",") if n.strip()]
-    if not names:
-        raise UserError("--tasks is empty; see `mmcomp-eval ls tasks`")
-    tasks = index.resolve(names)
-    for task in tasks:  # a bad combination with a task's own settings fails before the model loads
-        with_generation_overrides(task, opts.gen_kwargs)
-    model_args = _model_args(args, opts.data.offline)
-    # The output folder and the response store are claimed before the model loads: a read-only folder, a
-    # second run on the same --output-path or a damaged store then costs seconds, not a model load and all
-    # the inference before the first write.
-    with ResultWriter(args.output_path if proc.is_main else None) as writer:
-        store = None if args.no_cache else _open_store(args, check=proc.is_main)
-        try:
-            model = create_model(args.model, model_args)
-            info = {"name": args.model, "args": model_args, "fingerprint": model.fingerprint()}
-            if store is not None:
-                from mmcomp_eval.runtime.caching_model import CachingModel, cache_identity
-
-                model = CachingModel(model, store, cache_identity(model, model_args))
-            record = run(tasks, model, info, opts, index, writer)
-        finally:
-            if store is not None:
-                store.close()
-    if record is None:  # a data-parallel helper: process 0 reports
+    try:
+        results = evaluate(
+            args.model, args.tasks, model_args=args.model_args, shots=args.shots,
+            seeds=range(args.seed, args.seed + args.seeds), limit=args.limit, split=args.split, sampler=args.sampler,
+            gen_kwargs=args.gen_kwargs, apply_chat_template=args.apply_chat_template,
+            include_paths=args.include_path, output_path=args.output_path, batch_size=args.batch_size,
+            cache_dir=args.cache_dir, no_cache=args.no_cache, num_processes=args.num_processes,
+            offline=args.offline, ek100_dir=args.ek100_dir, progress=not args.no_progress)
+    except ProcessFailed as exc:  # the failed process has printed its error
+        return exc.exit_code
+    if results is None:  # a helper process of accelerate launch/torchrun: process 0 reports
         return 0
-    print(markdown_table(record.as_dict()))
+    print(markdown_table(results))
     if args.output_path:
         print(f"\nresults: {args.output_path / 'results.json'}  samples: {args.output_path / 'samples.jsonl'}")
     return 0
-
-
-def _open_store(args, check: bool):
-    from mmcomp_eval.paths import cache_dir
-    from mmcomp_eval.runtime.response_store import ResponseStore
-
-    return ResponseStore(args.cache_dir or cache_dir() / "responses", check=check)
-
-
-def _model_args(args, offline: bool) -> dict:
-    """--model-args, with --batch-size and offline mode folded in where the adapter takes them."""
-    import inspect
-
-    from mmcomp_eval.config.model_args import parse_model_args
-    from mmcomp_eval.models import MODELS
-
-    margs = parse_model_args(args.model_args)
-    if not args.model:
-        return margs  # create_model names the problem
-    params = inspect.signature(MODELS.get(MODELS.spec(args.model).adapter)).parameters
-    if args.batch_size is not None:
-        if "batch_size" not in params:
-            raise UserError(f"--batch-size: model '{args.model}' takes no batch size")
-        margs["batch_size"] = args.batch_size
-    if offline and "offline" in params and "offline" not in margs:
-        margs["offline"] = True
-    return margs
-
-
-def _launch(args) -> int:
-    """--num-processes N: the same command as N data-parallel processes."""
-    from mmcomp_eval.runtime import parallel
-
-    if args.num_processes < 1:
-        raise UserError(f"--num-processes {args.num_processes}: expected at least 1")
-    if parallel.current().world_size > 1:
-        raise UserError("--num-processes inside accelerate launch/torchrun: let the launcher start the processes")
-    if args.no_cache:
-        raise UserError("data-parallel runs pass answers through the response store; drop --no-cache")
-    argv, skip = [], False
-    for a in args.argv:
-        if skip:
-            skip = False
-        elif a == "--num-processes":
-            skip = True
-        elif not a.startswith("--num-processes="):
-            argv.append(a)
-    from mmcomp_eval.evaluation.results import ResultWriter
-
-    # Checked once here, not by N processes each loading a model first; the lock is handed to process 0.
-    with ResultWriter(args.output_path) as writer:
-        _open_store(args, check=True).close()
-        return parallel.launch(argv, args.num_processes, writer.lock)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -228,10 +133,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from mmcomp_eval.tasks.loaders import load_documents
     from mmcomp_eval.tasks.fewshot import build_sampler
     from mmcomp_eval.tasks.prompting import PromptTemplate
-    from mmcomp_eval.config.task_config import GroupConfig, load_task_file
+    from mmcomp_eval.config.task_config import GroupConfig
+    from mmcomp_eval.tasks.checks import load_checked
     from mmcomp_eval.tasks.index import find_template
 
-    cfg = load_task_file(args.file)
+    cfg = load_checked(args.file)
     if isinstance(cfg, GroupConfig):
         print(f"{args.file}: group '{cfg.group}' of {', '.join(cfg.tasks)}: OK")
         return 0

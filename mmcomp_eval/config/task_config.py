@@ -23,8 +23,6 @@ from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.textfiles import read_text
 
 ANSWER_KINDS = ("narration", "verb", "noun", "text")
-OUTPUT_TYPES = ("generate", "rank_choices")
-CHOICE_SOURCES = ("ek100_verb_classes", "ek100_noun_classes")
 #: default ``prompt.max_chars``: far above any few-shot prompt, far below what exhausts memory
 DEFAULT_MAX_PROMPT_CHARS = 1_000_000
 
@@ -115,8 +113,10 @@ class TaskConfig:
     fewshot_split: str = "train"
     #: what the answer is: MRH and category accuracy use it
     answer_kind: str = "text"
+    #: how the model is asked and its answers read: a name in ``mmcomp_eval.tasks.outputs.OUTPUT_TYPES``
     output_type: str = "generate"
     #: with ``output_type: rank_choices``: where the candidate answers come from
+    #: (a name in ``mmcomp_eval.data.choice_sources.CHOICE_SOURCES``)
     choices: str | None = None
     fewshot: FewshotConfig = field(default_factory=FewshotConfig)
     #: how answers are decoded (``--gen-kwargs`` overrides it); ``seed`` comes from the run, never the file
@@ -136,12 +136,9 @@ class TaskConfig:
     source: str = ""
 
     def validate(self, where: str) -> None:
-        _one_of(where, "answer_kind", self.answer_kind, ANSWER_KINDS)
-        _one_of(where, "output_type", self.output_type, OUTPUT_TYPES)
-        if self.output_type == "rank_choices":
-            if self.choices is None:
-                raise UserError(f"{where}: output_type 'rank_choices' needs 'choices' ({', '.join(CHOICE_SOURCES)})")
-            _one_of(where, "choices", self.choices, CHOICE_SOURCES)
+        """What a task file can get wrong on its own; names registered elsewhere (output types,
+        perturbation kinds) are checked by :func:`mmcomp_eval.tasks.checks.check_task`."""
+        one_of(where, "answer_kind", self.answer_kind, ANSWER_KINDS)
         if self.prompt.max_chars < 1:
             raise UserError(f"{where}: prompt.max_chars is {self.prompt.max_chars}; expected at least 1")
         if self.fewshot.k < 0:
@@ -157,16 +154,10 @@ class TaskConfig:
             raise UserError(f"{where}: metric '{dupes[0]}' is listed twice; results are keyed by metric name, "
                             "so score the second variant in a task of its own (include: this file)")
         if self.media is not None:
-            _one_of(where, "media.on_error", self.media.on_error, ("stop", "skip"))
+            one_of(where, "media.on_error", self.media.on_error, ("stop", "skip"))
         if self.in_domain_of == self.task:
             raise UserError(f"{where}: in_domain_of names the task itself; name the compositional task this one is "
                             "the random-split twin of, or remove the key")
-        if self.perturbation is not None:
-            from mmcomp_eval.perturb.kinds import KINDS
-            from mmcomp_eval.perturb.tokens import POS_ROLES
-
-            _one_of(where, "perturbation.kind", self.perturbation.kind, KINDS)
-            _one_of(where, "perturbation.pos_roles", self.perturbation.pos_roles, tuple(POS_ROLES))
 
 
 @dataclass(frozen=True)
@@ -177,7 +168,7 @@ class GroupConfig:
     source: str = ""
 
 
-def _one_of(where: str, key: str, value: str, allowed: tuple[str, ...]) -> None:
+def one_of(where: str, key: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise UserError(f"{where}: {key} {value!r} is not one of {', '.join(allowed)}{did_you_mean(value, allowed)}")
 

@@ -1,3 +1,4 @@
-"""Running tasks and recording what came out: the evaluator, aggregation over seeds, bootstrap
-intervals, the compositional gap, results files, reports and the comparison of runs.
+"""Running tasks and recording what came out: ``evaluate`` (the entry point the CLI calls), task
+preparation, the evaluator, aggregation over seeds, bootstrap intervals, the compositional gap,
+results files, reports and the comparison of runs.
 """

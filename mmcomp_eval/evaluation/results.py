@@ -30,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mmcomp_eval import __version__
+from mmcomp_eval.version import __version__
 
 from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.errors import UserError
@@ -93,13 +93,17 @@ class RunRecord:
     #: compositional gaps, one per twin pair whose both tasks ran (``mmcomp_eval.evaluation.gap``), in the order they completed
     gaps: list = field(default_factory=list)
     created: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    #: what the user typed; in a data-parallel run the launcher's command, not a process's own argv
     command: list[str] = field(default_factory=lambda: list(sys.argv))
+    #: how many processes answered, and who started them (``mmcomp_eval.runtime.parallel.process_record``)
+    processes: dict = field(default_factory=lambda: {"count": 1, "launcher": None})
 
     def as_dict(self) -> dict:
         return {
             "schema_version": SCHEMA_VERSION,
             "created": self.created,
             "command": self.command,
+            "processes": self.processes,
             "git_commit": git_commit(),
             "versions": package_versions(),
             "model": self.model,

@@ -134,16 +134,21 @@ class TaskMedia:
     skipped: dict[str, str] = field(default_factory=dict)   # query doc id -> reason
     stats: dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def materialise(cls, task: TaskConfig, docs: Sequence[Document], pool: Sequence[Document],
-                    prompts: Mapping[int, Sequence], progress: bool = False) -> TaskMedia:
+    @staticmethod
+    def resolver(task: TaskConfig) -> KeyframeResolver:
+        """The task's keyframe resolver: a missing media section or folder fails here, before any decoding."""
         if task.media is None:
             raise UserError(f"task {task.task} puts images in its prompts but has no 'media' section saying where "
                             "the frames are; add one, or run the model with images=false (text only)")
         try:
-            resolver = KeyframeResolver(task.media, Path(task.source).parent if task.source else None)
+            return KeyframeResolver(task.media, Path(task.source).parent if task.source else None)
         except UserError as exc:
             raise UserError(f"task {task.task}: {exc}") from None
+
+    @classmethod
+    def materialise(cls, task: TaskConfig, docs: Sequence[Document], pool: Sequence[Document],
+                    prompts: Mapping[int, Sequence], progress: bool = False) -> TaskMedia:
+        resolver = cls.resolver(task)
         by_id = {d.id: d for d in pool}
         by_id.update((d.id, d) for d in docs)
         out = cls()

@@ -15,12 +15,12 @@ from typing import Any
 from mmcomp_eval.api.metric import Metric
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.metrics import bertscore, bleu, category_accuracy, exact_match  # noqa: F401  (register)
-from mmcomp_eval.metrics.registry import METRICS, MetricResources
+from mmcomp_eval.metrics.registry import METRIC_RESOURCES, METRICS, MetricResource, MetricResources
 from mmcomp_eval.plugins import register_metrics
 
 register_metrics(METRICS)  # entry points "mmcomp_eval.metrics" of installed packages
 
-__all__ = ["METRICS", "MetricResources", "build_metric", "metric_options"]
+__all__ = ["METRICS", "METRIC_RESOURCES", "MetricResource", "MetricResources", "build_metric", "metric_options"]
 
 
 def metric_options(name: str) -> list[str]:
@@ -31,6 +31,7 @@ def metric_options(name: str) -> list[str]:
 
 
 def build_metric(name: str, options: Mapping[str, Any] | None, resources: MetricResources) -> Metric:
+    """The metric ``name`` with its task-file options; the resources it declares are built first."""
     canonical = METRICS.canonical(name)
     options = dict(options or {})
     known = metric_options(canonical)
@@ -41,4 +42,6 @@ def build_metric(name: str, options: Mapping[str, Any] | None, resources: Metric
                 f"metric '{canonical}' has no option '{key}'{did_you_mean(str(key), known)}; "
                 f"its options: {listing}"
             )
-    return METRICS.get(canonical)(resources, **options)
+    cls = METRICS.get(canonical)
+    resources.for_metric(cls)
+    return cls(resources, **options)

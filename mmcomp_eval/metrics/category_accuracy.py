@@ -42,12 +42,25 @@ from mmcomp_eval.api.metric import Metric, MetricResult
 from mmcomp_eval.data.category_map import CategoryMap, Mapped
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.metrics._common import check_lengths, mean
-from mmcomp_eval.metrics.registry import METRICS, NO_RESOURCES, MetricResources
+from mmcomp_eval.metrics.registry import METRIC_RESOURCES, METRICS, NO_RESOURCES, MetricResource, MetricResources
 from mmcomp_eval.textnorm import normalise
 
 ATOMS = ("action", "verb", "noun")
+#: the resource this metric reads: the category map of the run's EK-100 annotations
+CATEGORY_MAP = "ek100_category_map"
 TARGET_FIELDS = {"verb": ("trg_verb_class",), "noun": ("trg_noun_class",),
                  "action": ("trg_verb_class", "trg_noun_class")}
+
+
+def _load_category_map(data) -> CategoryMap:
+    from mmcomp_eval.data import ek100
+
+    return CategoryMap.load(ek100.locate(data.ek100_dir, offline=data.offline))
+
+
+METRIC_RESOURCES.add(CATEGORY_MAP, MetricResource(
+    _load_category_map, "the EK-100 annotations and class tables (EPIC_100_train.csv, EPIC_100_validation.csv, "
+                        "EPIC_100_verb_classes.csv, EPIC_100_noun_classes.csv; --ek100-dir)"))
 
 
 @METRICS.register("category_accuracy", aliases=("ca",))
@@ -55,6 +68,7 @@ class CategoryAccuracy(Metric):
     """EK-100 class match of the predicted verb/noun (or both) with the target's."""
 
     name = "category_accuracy"
+    resources = (CATEGORY_MAP,)
 
     def __init__(self, resources: MetricResources = NO_RESOURCES, *, atom: str = "action"):
         if atom not in ATOMS:
@@ -62,14 +76,8 @@ class CategoryAccuracy(Metric):
                 f"metric 'category_accuracy': atom must be one of {', '.join(ATOMS)}, "
                 f"got {atom!r}{did_you_mean(str(atom), ATOMS)}"
             )
-        if resources.category_map is None:
-            raise UserError(
-                "metric 'category_accuracy' needs the EK-100 annotations and class tables "
-                "(EPIC_100_train.csv, EPIC_100_validation.csv, EPIC_100_verb_classes.csv, "
-                "EPIC_100_noun_classes.csv); pass --ek100-dir"
-            )
         self.atom = atom
-        self.categories: CategoryMap = resources.category_map
+        self.categories: CategoryMap = resources.get(CATEGORY_MAP)
         self.last_unmapped: tuple[str, ...] | None = None
         self._last: dict | None = None
 

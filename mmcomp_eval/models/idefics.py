@@ -84,16 +84,21 @@ class VisionLanguageAdapter(Model):
     """
 
 
+    @classmethod
+    def capabilities_for(cls, args) -> ModelCapabilities:
+        # text-only runs (images=false) keep the image tasks' prompts but read no frames
+        images, max_images = bool(args.get("images", True)), args.get("max_images")
+        if max_images is not None and max_images < 1:
+            raise UserError(f"model argument max_images={max_images} must be at least 1")
+        return ModelCapabilities(generate=True, images=True, reads_images=images,
+                                 max_images=max_images if images else None)
+
     def _init_common(self, images: bool, max_images: int | None, batch_size: int) -> None:
         if batch_size < 1:
             raise UserError(f"model argument batch_size={batch_size} must be at least 1")
-        if max_images is not None and max_images < 1:
-            raise UserError(f"model argument max_images={max_images} must be at least 1")
-        self.reads_images = bool(images)
-        self.max_images = max_images if images else None
-        # text-only runs (images=false) keep the image tasks' prompts but read no frames
-        self.capabilities = ModelCapabilities(generate=True, images=True, reads_images=self.reads_images,
-                                              max_images=self.max_images)
+        self.capabilities = self.capabilities_for({"images": images, "max_images": max_images})
+        self.reads_images = self.capabilities.reads_images
+        self.max_images = self.capabilities.max_images
         self.batch_size = batch_size
 
     def generate(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None,

@@ -15,20 +15,44 @@ when one process finishes long before another (as on a resumed run, where
 one shard may be all cache hits), and a run started on 4 GPUs resumes on 1
 or 3. All processes must share one machine (the store is a local SQLite
 file); if one process fails, the launcher stops the others.
+
+``results.json`` says what the user ran, not what a process was started
+with: the launcher's own command line (``--num-processes`` passes it to its
+processes; under ``accelerate launch``/``torchrun`` it is the launcher's
+``/proc`` command line), the number of processes, and the response store's
+hits and misses summed over the processes' shares. Helpers report their
+counts as small files next to the store, filed under an id every process of
+the run computes alike (the launcher's id, else a hash of the work).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 from mmcomp_eval.errors import UserError
+from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.runtime.output_lock import OutputLock
+
+#: set by :func:`launch` for its processes: the launching command line (JSON list), recorded in results.json
+COMMAND_ENV = "MMCOMP_COMMAND"
+#: set by :func:`launch`: an id shared by the processes of one run, under which helpers report their counts
+RUN_ID_ENV = "MMCOMP_RUN_ID"
+#: set by torchrun, and so by ``accelerate launch``, whose workers are children of the launcher process
+TORCHELASTIC_ENV = "TORCHELASTIC_RUN_ID"
+#: how long process 0 waits, once every answer is stored, for the helpers' count reports
+REPORT_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -55,69 +79,171 @@ def current() -> ProcessInfo:
     return ProcessInfo(rank, world, local)
 
 
-def answer_shard(model, work: Sequence[tuple[str, list, dict]], info: ProcessInfo, poll_s: float = 0.5) -> None:
-    """Answer this process's share of every request list; process 0 then waits for the rest.
+@dataclass(frozen=True)
+class ShardCounts:
+    """The response store's hits and misses of one process's share of the requests."""
 
-    ``model`` is a :class:`~mmcomp_eval.runtime.caching_model.CachingModel`; ``work``
-    holds ``(kind, requests, extra)`` as from ``evaluator.requests_for``: kind
-    is ``generate`` or ``loglikelihood``, ``extra`` holds per-request
-    arguments (``images``) that are sliced like the requests.
+    rank: int
+    hits: int
+    misses: int
+
+
+def answer_shard(model, work: Sequence, info: ProcessInfo, poll_s: float = 0.5) -> list[ShardCounts] | None:
+    """Answer this process's share of every model call; process 0 then waits for the rest.
+
+    ``model`` is a :class:`~mmcomp_eval.runtime.caching_model.CachingModel`;
+    ``work`` holds :class:`~mmcomp_eval.api.task.ModelCall` objects, whose
+    per-request ``extra`` (``images``) is sliced like the requests. Returns,
+    in process 0, every process's counts for its share (a helper missing
+    after :data:`REPORT_WAIT_S` is left out); None in helpers.
     """
     from mmcomp_eval.runtime.caching_model import CachingModel, _Subset
 
     if not isinstance(model, CachingModel):
         raise UserError("data-parallel runs pass answers through the response store; drop --no-cache")
-    pending: list[str] = []
-    for kind, requests, extra in work:
-        rows = range(info.rank, len(requests), info.world_size)
-        mine = [requests[i] for i in rows]
+    hits, misses = model.hits, model.misses
+    all_keys: list[str] = []
+    for call in work:
+        rows = range(info.rank, len(call.requests), info.world_size)
+        mine = [call.requests[i] for i in rows]
         if mine:
-            call = model.generate if kind == "generate" else model.loglikelihood
-            call(mine, **{k: _Subset(v, rows) for k, v in extra.items()})
-        if info.is_main:
-            pending += model.keys(kind, requests, extra.get("images"))
+            getattr(model, call.method)(mine, **{k: _Subset(v, rows) for k, v in call.extra.items()})
+        all_keys += model.keys(call.method, call.requests, call.extra.get("images"))
+    own = ShardCounts(info.rank, model.hits - hits, model.misses - misses)
+    reports = _report_folder(model, all_keys, info)
     if not info.is_main:
-        return
-    last_note = time.monotonic()
-    while True:
+        reports.mkdir(parents=True, exist_ok=True)
+        atomic_files.write_text(reports / f"rank-{info.rank}.json", json.dumps(asdict(own)), durable=False)
+        return None
+    pending, last_note = all_keys, time.monotonic()
+    while pending:
         pending = model.store.missing(model.model_key, pending)
-        if not pending:
-            return
-        if time.monotonic() - last_note > 30:
+        if pending and time.monotonic() - last_note > 30:
             print(f"mmcomp-eval: waiting for {len(pending)} answers from the other processes", file=sys.stderr)
             last_note = time.monotonic()
-        time.sleep(poll_s)
+        if pending:
+            time.sleep(poll_s)
+    return [own, *_collect_reports(reports, info, poll_s)]
 
 
-def launch(argv: Sequence[str], n: int, output_lock: OutputLock | None = None) -> int:
-    """Run ``mmcomp-eval argv`` as ``n`` processes on this machine; rank 0's exit code.
+def _report_folder(model, keys: list[str], info: ProcessInfo) -> Path:
+    """Where this run's helpers file their counts: an id every process of the run computes alike."""
+    run_id = os.environ.get(RUN_ID_ENV) or hashlib.sha256(
+        json.dumps([model.model_key, info.world_size, keys]).encode()).hexdigest()[:32]
+    return model.store.directory / "shards" / run_id
 
-    If any process fails, the others are stopped and its exit code returned.
-    ``output_lock``: the launcher's lock on ``--output-path``, handed to
-    process 0, the one that writes the results.
+
+def _collect_reports(folder: Path, info: ProcessInfo, poll_s: float) -> list[ShardCounts]:
+    """The helpers' counts, written after their last answer; reports older than this process are stale."""
+    started, deadline = process_start_time(), time.monotonic() + REPORT_WAIT_S
+    found: dict[int, ShardCounts] = {}
+    while len(found) < info.world_size - 1 and time.monotonic() < deadline:
+        for rank in range(1, info.world_size):
+            path = folder / f"rank-{rank}.json"
+            try:
+                if rank not in found and path.stat().st_mtime >= started - 1:
+                    found[rank] = ShardCounts(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                pass  # not written yet
+        if len(found) < info.world_size - 1:
+            time.sleep(poll_s)
+    shutil.rmtree(folder, ignore_errors=True)
+    return [found[r] for r in sorted(found)]
+
+
+def cache_record(report: dict[str, Any], shards: list[ShardCounts] | None) -> dict[str, Any]:
+    """``results.json``'s ``cache``: in a data-parallel run, the counts of every process's share, summed.
+
+    Process 0's own final pass, which finds every answer in the store, is
+    not counted: it gathers, it does not look anything up for the first
+    time. So the counts are those a single process would report.
+    """
+    if shards is None or not report.get("enabled"):
+        return report
+    return {**report, "hits": sum(s.hits for s in shards), "misses": sum(s.misses for s in shards),
+            "processes": [asdict(s) for s in shards]}
+
+
+def user_command() -> list[str]:
+    """The command line the user typed to start this run (a process's own argv is not that in a launched run)."""
+    given = os.environ.get(COMMAND_ENV)
+    if given:
+        return list(json.loads(given))
+    if current().world_size > 1 and TORCHELASTIC_ENV in os.environ:
+        try:  # the launcher (torchrun, accelerate launch) is every worker's parent
+            parts = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+            return [p.decode(errors="replace") for p in parts if p]
+        except OSError:
+            pass
+    return list(sys.argv)
+
+
+def process_record(info: ProcessInfo) -> dict[str, Any]:
+    """``results.json``'s ``processes``: how many answered, and what started them."""
+    if info.world_size == 1:
+        launcher = None
+    elif COMMAND_ENV in os.environ:
+        launcher = "mmcomp-eval"
+    elif TORCHELASTIC_ENV in os.environ:
+        launcher = "torchrun"
+    else:
+        launcher = "environment"
+    return {"count": info.world_size, "launcher": launcher}
+
+
+_IMPORTED = time.time()
+
+
+def process_start_time() -> float:
+    """When this process started (wall clock), from ``/proc``; this module's import time elsewhere."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED
+
+
+class ProcessFailed(Exception):
+    """A process of a data-parallel run failed; it has already said why on stderr."""
+
+    def __init__(self, exit_code: int):
+        super().__init__(f"a data-parallel process exited with code {exit_code} (its error is above)")
+        self.exit_code = exit_code
+
+
+def launch(command: Sequence[str], n: int, output_lock: OutputLock | None = None,
+           env: Mapping[str, str] | None = None) -> None:
+    """Run ``python command`` as ``n`` processes on this machine; raise :class:`ProcessFailed` if one fails.
+
+    If any process fails, the others are stopped. ``output_lock``: the
+    launcher's lock on the output folder, handed to process 0, the one that
+    writes the results. ``env``: added to every process's environment, with
+    this process's command line and a fresh run id.
     """
     if n < 1:
         raise UserError(f"--num-processes {n}: expected at least 1")
+    shared = {**(env or {}), COMMAND_ENV: json.dumps(sys.argv), RUN_ID_ENV: uuid.uuid4().hex}
     cpus = os.cpu_count() or 1
     procs = []
     for rank in range(n):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(n)}
-        env.setdefault("OMP_NUM_THREADS", str(max(1, cpus // n)))  # n processes must not each take every core
+        child_env = {**os.environ, **shared, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
+                     "LOCAL_WORLD_SIZE": str(n)}
+        child_env.setdefault("OMP_NUM_THREADS", str(max(1, cpus // n)))  # n processes must not each take every core
         fds: tuple[int, ...] = ()
         if rank == 0 and output_lock is not None:
-            env.update(output_lock.child_env())
+            child_env.update(output_lock.child_env())
             fds = (output_lock.fd,)
-        procs.append(subprocess.Popen([sys.executable, "-m", "mmcomp_eval", *argv], env=env, pass_fds=fds))
+        procs.append(subprocess.Popen([sys.executable, *command], env=child_env, pass_fds=fds))
     try:
         while True:
             codes = [p.poll() for p in procs]
             failed = [c for c in codes if c not in (None, 0)]
             if failed:
                 _stop(procs)
-                return failed[0]
+                raise ProcessFailed(failed[0])
             if all(c == 0 for c in codes):
-                return 0
+                return
             time.sleep(0.2)
     except KeyboardInterrupt:
         _stop(procs)

@@ -49,7 +49,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from mmcomp_eval import __version__
+from mmcomp_eval.version import __version__
 
 from mmcomp_eval.runtime import atomic_files
 from mmcomp_eval.errors import UserError

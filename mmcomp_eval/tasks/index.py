@@ -17,7 +17,8 @@ from pathlib import Path
 from mmcomp_eval import plugins
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.paths import builtin_dir
-from mmcomp_eval.config.task_config import GroupConfig, TaskConfig, load_task_file
+from mmcomp_eval.config.task_config import GroupConfig, TaskConfig
+from mmcomp_eval.tasks.checks import load_checked
 
 BUILTIN_TASKS = builtin_dir("tasks")
 BUILTIN_PROMPTS = builtin_dir("prompts")
@@ -47,7 +48,7 @@ class TaskIndex:
             for path in sorted(d.rglob("*.yaml")):
                 if path.name.startswith("_"):
                     continue
-                cfg = load_task_file(path)
+                cfg = load_checked(path)
                 name = cfg.group if isinstance(cfg, GroupConfig) else cfg.task
                 if name in seen_here:
                     raise UserError(f"{path}: task '{name}' is also defined in {seen_here[name]}; rename one")

@@ -1,0 +1,87 @@
+"""The contract of a task's output type: what it asks a model and how it reads the answers.
+
+A task file names its ``output_type`` (``generate``, ``rank_choices``);
+each is an :class:`OutputType` subclass registered by that name in
+``mmcomp_eval.tasks.outputs.OUTPUT_TYPES`` (plugins add their own through the
+``mmcomp_eval.output_types`` entry point). The evaluator only ever talks to
+this interface, so a new kind of task is a new subclass, not a new branch in
+the evaluator: the subclass checks its task-file settings, says which model
+capabilities it needs, loads what it answers over (a list of choices), builds
+one :class:`ModelCall` per seed and turns the model's answers into the
+predictions metrics score.
+
+An output type is built per task when the task is prepared, before any
+model loads, so whatever it reads (class tables, a gallery) fails early.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from mmcomp_eval.api.model import ModelCapabilities
+    from mmcomp_eval.config.task_config import TaskConfig
+    from mmcomp_eval.evaluation.prepare import PreparedTask
+    from mmcomp_eval.tasks.loaders import DataContext
+
+#: the model methods a :class:`ModelCall` may name; also the response store's request kinds
+MODEL_METHODS = ("generate", "loglikelihood")
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """The requests one seed of one task sends to one model method.
+
+    ``extra`` holds per-request sequences passed as keyword arguments
+    (``images``: request ``i``'s images), sliced like the requests when a
+    data-parallel process answers a share of them.
+    """
+
+    method: str
+    requests: list
+    extra: dict[str, Sequence] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.method not in MODEL_METHODS:
+            raise ValueError(f"ModelCall.method {self.method!r} is not one of {', '.join(MODEL_METHODS)}")
+
+
+class OutputType(ABC):
+    """One kind of task answer; subclasses are registered by ``name``."""
+
+    name: ClassVar[str] = "output"
+
+    @classmethod
+    def check_config(cls, task: TaskConfig, where: str) -> None:
+        """Refuse task-file settings this type cannot use; called when the task file is read.
+
+        ``where`` names the file and task for the one-line error.
+        """
+
+    @classmethod
+    @abstractmethod
+    def model_problem(cls, capabilities: ModelCapabilities) -> str | None:
+        """Why a model with ``capabilities`` cannot answer this type's requests (None: it can).
+
+        Checked against the capabilities the adapter declares before it is
+        built (``Model.capabilities_for``), so the mismatch costs no load.
+        """
+
+    def __init__(self, task: TaskConfig, data: DataContext):
+        """Load what the answers are chosen from; ``task`` has ``--gen-kwargs`` applied."""
+        self.task = task
+
+    @abstractmethod
+    def requests(self, prepared: PreparedTask, seed: int) -> ModelCall:
+        """The requests of one seed, one per document of ``prepared``, in document order."""
+
+    @abstractmethod
+    def parse(self, answers: Sequence[Any]) -> list[str]:
+        """The predictions metrics score, one per answer of the model's ``method``."""
+
+    def record(self, prepared: PreparedTask) -> dict[str, Any]:
+        """What ``results.json`` records about how answers were obtained (keys of the task record)."""
+        return {}
