@@ -154,15 +154,13 @@ def _open_store(args, check: bool):
 
 def _model_args(args, offline: bool) -> dict:
     """--model-args, with --batch-size and offline mode folded in where the adapter takes them."""
-    import inspect
-
-    from mmcomp_eval.config.model_args import parse_model_args
+    from mmcomp_eval.config.model_args import accepted_arguments, parse_model_args
     from mmcomp_eval.models import MODELS
 
     margs = parse_model_args(args.model_args)
     if not args.model:
         return margs  # create_model names the problem
-    params = inspect.signature(MODELS.get(MODELS.spec(args.model).adapter)).parameters
+    params = accepted_arguments(MODELS.get(MODELS.spec(args.model).adapter))
     if args.batch_size is not None:
         if "batch_size" not in params:
             raise UserError(f"--batch-size: model '{args.model}' takes no batch size")
