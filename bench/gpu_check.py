@@ -63,7 +63,8 @@ def write_inputs(root: Path, n_docs: int, shots: int, max_new_tokens: int, frame
 def build_model(args, cuda: bool):
     from mmcomp_eval.media import synthetic as S
     from mmcomp_eval.models import create_model
-    from mmcomp_eval.models.idefics import IdeficsAdapter, random_idefics
+    from mmcomp_eval.models.idefics import IdeficsAdapter
+    from mmcomp_eval.testing.tiny_models import random_idefics
 
     if args.pretrained:
         return create_model("idefics", {"pretrained": args.pretrained, "dtype": "bfloat16" if cuda else "float32",

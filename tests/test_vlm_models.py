@@ -19,8 +19,10 @@ from mmcomp_eval.errors import UserError
 from mmcomp_eval.media import synthetic as S
 from mmcomp_eval.media.video import DECODES
 from mmcomp_eval.models import create_model
-from mmcomp_eval.models.flamingo import END_OF_CHUNK, chunked, remap_checkpoint, save_random_flamingo
-from mmcomp_eval.models.idefics import interleave, random_tokenizer, save_random_idefics, strip_placeholders
+from mmcomp_eval.models.flamingo.checkpoint import remap_checkpoint
+from mmcomp_eval.models.flamingo.prompt import END_OF_CHUNK, chunked
+from mmcomp_eval.models.vlm import interleave, strip_placeholders
+from mmcomp_eval.testing.tiny_models import random_tokenizer, save_random_flamingo, save_random_idefics
 
 INSTRUCTION = "Predict the next narration given 3 sequential previous narrations from a cooking video"
 TASK = """
@@ -138,7 +140,8 @@ def test_idefics_end_to_end_few_shot_images_in_order_and_cached(env, tmp_path, c
 
 def test_idefics_prompt_assembly(env):
     model = create_model("idefics", idefics_args(env))
-    assert model.capabilities == ModelCapabilities(images=True, reads_images=True, max_images=None)
+    assert model.capabilities == ModelCapabilities(images=True, reads_images=True, max_images=None,
+                                                   reports_each_result=True)
     assert interleave("a <image> b <image>", ["I0", "I1"]) == ["a ", "I0", " b ", "I1"]
     with pytest.raises(UserError, match="2 <image> placeholders but 1 images"):
         interleave("a <image> b <image>", ["I0"])
@@ -165,7 +168,8 @@ def test_idefics_prompt_assembly(env):
     assert [int(mask[0, p].argmax()) for p in positions] == [0, 1, 2]
     assert mask[1, :, 1].sum() == 0  # no token of row 1 attends to the padding image
     text_only = create_model("idefics", idefics_args(env, images="false"))
-    assert text_only.capabilities == ModelCapabilities(images=True, reads_images=False, max_images=None)
+    assert text_only.capabilities == ModelCapabilities(images=True, reads_images=False, max_images=None,
+                                                       reports_each_result=True)
     assert strip_placeholders("take knife <image> . wash <image> =>") == "take knife . wash =>"
     req = GenerationRequest("r", "take knife <image> . wash <image> =>", images=("a#0", "a#1"))
     assert text_only._render(req) == "take knife . wash =>"
@@ -204,6 +208,39 @@ def test_idefics_batching_seeds_and_images_matter(env):
     assert model.generate(beams, images=images) == alone and alone != one
     with pytest.raises(UserError, match="got prompts with images but no image data"):
         model.generate(reqs)
+
+
+def test_vlm_auto_batch_size_backs_off_and_reports_each_answer(env):
+    """The local-adapter loop serves VLMs too: batch_size=auto, out-of-memory back-off, one on_result per request."""
+    import torch
+
+    model = create_model("idefics", idefics_args(env, batch_size="auto", max_batch_size=8))
+    assert model.batch_size == "auto"
+    greedy = GenerationSettings(max_new_tokens=4, stop=())
+    prompts = [f"{v} {n} <image> =>" for v, n in zip(S.VERBS, S.NOUNS)] + ["take knife <image> . cut onion <image> =>"]
+    reqs = [GenerationRequest(f"r{i}", p, greedy, images=tuple(f"d{i}#{c}" for c in range(p.count("<image>"))))
+            for i, p in enumerate(prompts)]
+    images = [[S.frame_image(i + 1, 10 * c + 5) for c in range(len(r.images))] for i, r in enumerate(reqs)]
+    rows_run = []
+    generate_batch = model._generate_batch
+
+    def at_most_three_rows(prompts, *args):
+        if len(prompts) > 3:
+            raise torch.cuda.OutOfMemoryError(f"CUDA out of memory: {len(prompts)} rows")
+        rows_run.append(len(prompts))
+        return generate_batch(prompts, *args)
+
+    model._generate_batch = at_most_three_rows
+    reported = {}
+    answers = model.generate(reqs, images=images, on_result=lambda i, a: reported.setdefault(i, a))
+    assert reported == dict(enumerate(answers))  # every answer reported once, under its request's index
+    assert max(rows_run) == 3 and sum(rows_run) == len(reqs)  # backed off to what fits; each request run once
+    model._generate_batch = generate_batch
+    model.batch_size = 1
+    assert model.generate(reqs, images=images) == answers
+    one_image = create_model("idefics", idefics_args(env, max_images=1))
+    with pytest.raises(UserError, match=f"request r{len(reqs) - 1} has 2 images; model 'idefics' takes at most 1"):
+        one_image.generate(reqs, images=images)
 
 
 def test_text_only_evaluation_reads_no_frames(env, tmp_path, capsys, monkeypatch):

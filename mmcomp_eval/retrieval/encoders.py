@@ -100,9 +100,9 @@ def _batched(items: Sequence, batch_size: int, dim: int, encode: Callable[[list]
 
 
 def _device(device: str | None):
-    from mmcomp_eval.models.hf import _device as hf_device
+    from mmcomp_eval.models.loading import resolve_device
 
-    return hf_device(device)
+    return resolve_device(device)
 
 
 #: ``dtype`` model argument -> torch dtype name; CLIP4Clip casts CLIP's weights to float16 (``convert_weights``)

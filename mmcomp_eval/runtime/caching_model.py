@@ -6,7 +6,7 @@ each answer is committed the moment the inner model yields it, so a crash
 loses at most the requests that were inside the model at the time:
 
 * adapters whose ``generate``/``loglikelihood`` take an ``on_result``
-  keyword (the ``hf`` adapter does) report every finished request;
+  keyword (the local adapters do, ``models/local.py``) report every finished request;
 * for other adapters the misses are sent in chunks of the adapter's
   ``batch_size`` (1 when it has none) and stored after each chunk.
 

@@ -1,0 +1,215 @@
+"""Tiny random-weight models for tests and benchmarks: every local adapter's real code path, no downloads.
+
+Scores from these models mean nothing; they exercise loading, prompting,
+batching and decoding exactly as a real checkpoint would. Each builder is
+deterministic (seeded), so tests can compare answers across runs, batch
+sizes and processes. Kept out of the adapters: production code never builds
+a random model.
+
+* :func:`save_tiny_llama`: a 2-layer Llama with a real tokenizer (SmolLM2's in
+  the test suite), for the ``hf`` adapter.
+* :func:`random_tokenizer`: a byte-level BPE trained on a corpus, for the VLMs.
+* :func:`random_idefics` / :func:`save_random_idefics`: IDEFICS, tiny or with
+  idefics-9b's shapes (GPU throughput checks without the weights).
+* :func:`save_random_flamingo`: OpenFlamingo or Otter in their release formats.
+
+torch and transformers are imported inside the builders.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from mmcomp_eval.models.flamingo.prompt import END_OF_CHUNK
+from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER
+
+
+def save_tiny_llama(folder: Path, tokenizer_source: str | Path, max_position_embeddings: int = 512,
+                    seed: int = 0) -> Path:
+    """A 2-layer random Llama (hidden size 32) with the tokenizer at ``tokenizer_source``, saved as an HF folder.
+
+    The weights are spread wide (``initializer_range=0.5``) so that answers
+    differ between prompts.
+    """
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_position_embeddings,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True, initializer_range=0.5)
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def random_tokenizer(corpus: Sequence[str], vocab_size: int = 400, pad_to: int | None = None,
+                     extra_special: Sequence[str] = ()):
+    """A byte-level BPE tokenizer trained on ``corpus`` (offline, deterministic, any text encodes).
+
+    ``pad_to`` adds filler tokens until the vocabulary has that many entries
+    (so that ``extra_special`` get ids at or above it, like a real
+    checkpoint's added tokens). Returns the tokenizer and the id of the first
+    ``extra_special`` token.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(list(corpus), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<unk>")
+    if pad_to is not None and pad_to > len(fast):
+        fast.add_tokens([f"<filler_{i}>" for i in range(pad_to - len(fast))])
+    first_special = len(fast)
+    if extra_special:
+        fast.add_special_tokens({"additional_special_tokens": list(extra_special)})
+    return fast, first_special
+
+
+IDEFICS_9B = dict(  # HuggingFaceM4/idefics-9b config.json (LLaMA-7B + CLIP ViT-H/14 + perceiver)
+    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+    num_attention_heads=32, cross_layer_interval=4, max_position_embeddings=2048, rms_norm_eps=1e-6,
+    use_resampler=True, qk_layer_norms=False, tie_word_embeddings=False,
+    vision_config=dict(embed_dim=1280, image_size=224, patch_size=14, num_hidden_layers=32, num_attention_heads=16,
+                       intermediate_size=5120, hidden_act="gelu"),
+    perceiver_config=dict(use_resampler=True, resampler_n_latents=64, resampler_depth=6, resampler_n_heads=16,
+                          resampler_head_dim=96, qk_layer_norms_perceiver=False),
+)
+IDEFICS_TINY = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, cross_layer_interval=1,
+    max_position_embeddings=2048, use_resampler=True,
+    vision_config=dict(embed_dim=32, image_size=30, patch_size=10, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64),
+    perceiver_config=dict(use_resampler=True, resampler_n_latents=4, resampler_depth=1, resampler_n_heads=2,
+                          resampler_head_dim=8),
+)
+IDEFICS_SPECIAL = ("<fake_token_around_image>", "<image>", "<end_of_utterance>")
+
+
+def random_idefics(corpus: Sequence[str], size: str = "tiny", seed: int = 0, dtype: str = "float32",
+                   device: str = "cpu"):
+    """A random-weight IDEFICS and its processor, built in memory on ``device``.
+
+    ``size="9b"`` has idefics-9b's shapes (about 9 billion parameters, a
+    32,000-token vocabulary padded with filler tokens): for throughput and
+    memory checks where the real weights are absent. The special tokens get
+    ids past ``vocab_size``, i.e. IDEFICS's "additional" embeddings, as in
+    the real checkpoints. The gates start at 1 (IDEFICS trains them from 0)
+    so that images change the output, which is what the tests check.
+    """
+    import torch
+    from transformers import IdeficsConfig, IdeficsForVisionText2Text, IdeficsImageProcessor, IdeficsProcessor
+
+    spec = {"tiny": IDEFICS_TINY, "9b": IDEFICS_9B}[size]
+    tokenizer, vocab = random_tokenizer(corpus, vocab_size=400 if size == "tiny" else 2000,
+                                        pad_to=spec.get("vocab_size"), extra_special=IDEFICS_SPECIAL)
+    config = IdeficsConfig(**{**spec, "vocab_size": vocab, "additional_vocab_size": len(IDEFICS_SPECIAL)},
+                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                           pad_token_id=tokenizer.pad_token_id, alpha_initializer="ones",
+                           initializer_range=0.5 if size == "tiny" else 0.02)
+    torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))  # parameters are created in ``dtype``: no float32 copy of 9B
+    try:
+        with torch.device(device):
+            model = IdeficsForVisionText2Text(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
+    image_size = spec["vision_config"]["image_size"]
+    processor = IdeficsProcessor(IdeficsImageProcessor(image_size=image_size), tokenizer, image_size=image_size)
+    return model, processor
+
+
+def save_random_idefics(folder: Path, corpus: Sequence[str], size: str = "tiny", seed: int = 0,
+                        dtype: str = "float32") -> Path:
+    """:func:`random_idefics` saved as a folder loadable with ``pretrained=folder``."""
+    model, processor = random_idefics(corpus, size, seed, dtype)
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+#: language models of :func:`save_random_flamingo` (MPT, RedPajama/GPT-NeoX and LLaMA back the released models)
+TINY_LMS = {
+    "llama": dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=False),
+    "gpt_neox": dict(model_type="gpt_neox", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, max_position_embeddings=1024),
+    "mpt": dict(model_type="mpt", d_model=32, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=1024),
+}
+#: the vision tower of :func:`save_random_flamingo`
+TINY_CLIP = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=30,
+                 patch_size=10, hidden_act="quick_gelu")
+
+
+def save_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: str = "llama",
+                         cross_attn_every_n_layers: int = 1, seed: int = 0) -> Path:
+    """A tiny random Flamingo in a released format, loadable by :class:`~mmcomp_eval.models.flamingo.adapter.FlamingoAdapter`.
+
+    ``openflamingo``: ``lang/`` (LM + tokenizer, before the special tokens are
+    added), ``vision/`` (CLIP tower + processor) and ``checkpoint.pt``
+    written under OpenFlamingo's names. ``otter``: one folder with Otter's
+    ``config.json``, ``model.safetensors``, tokenizer and image processor.
+    The gates start at 1 (trained checkpoints learn them from 0) and the
+    new layers are initialised as widely as the LM, so that images change
+    the output.
+    """
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModelForCausalLM, CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    from mmcomp_eval.models.flamingo.checkpoint import export_state
+    from mmcomp_eval.models.flamingo.model import Flamingo
+
+    folder = Path(folder)
+    torch.manual_seed(seed)
+    tokenizer, _ = random_tokenizer(corpus)
+    spec = dict(TINY_LMS[lm])
+    lm_config = AutoConfig.for_model(spec.pop("model_type"), vocab_size=len(tokenizer), **spec,
+                                     bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                                     pad_token_id=tokenizer.pad_token_id)
+    lm_config.initializer_range = 0.5
+    language = AutoModelForCausalLM.from_config(lm_config)
+    vision = CLIPVisionModel(CLIPVisionConfig(**TINY_CLIP))
+    processor = CLIPImageProcessor(size={"shortest_edge": 30}, crop_size={"height": 30, "width": 30})
+    specials = [END_OF_CHUNK, IMAGE_PLACEHOLDER] + (["<answer>"] if fmt == "otter" else [])
+    if fmt == "openflamingo":
+        language.save_pretrained(folder / "lang")
+        tokenizer.save_pretrained(folder / "lang")
+        vision.save_pretrained(folder / "vision")
+        processor.save_pretrained(folder / "vision")
+    tokenizer.add_special_tokens({"additional_special_tokens": specials})
+    language.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    model = Flamingo(vision, language, tokenizer.convert_tokens_to_ids(IMAGE_PLACEHOLDER),
+                     cross_attn_every_n_layers, "ln_post_patches" if fmt == "openflamingo" else "patches")
+    with torch.no_grad():  # the new parts get the LM's spread (0.5), so images visibly change the output
+        for block in [*model.gated_cross_attn_layers, model.perceiver]:
+            if block is not None:
+                for name, param in block.named_parameters():
+                    if name.endswith("gate"):
+                        param.fill_(1.0)
+                    elif param.dim() == 2 and "latents" not in name:
+                        param.normal_(0.0, 0.5)
+    state = export_state(model, fmt)
+    if fmt == "openflamingo":
+        torch.save(state, folder / "checkpoint.pt")
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps({
+            "model_type": "otter", "cross_attn_every_n_layers": cross_attn_every_n_layers,
+            "vision_config": vision.config.to_dict(), "text_config": language.config.to_dict()}, indent=1))
+        save_file(state, folder / "model.safetensors")
+        tokenizer.save_pretrained(folder)
+        processor.save_pretrained(folder)
+    return folder
