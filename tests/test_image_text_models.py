@@ -1,4 +1,4 @@
-"""The ``hf_vlm`` adapter on tiny random Idefics3 (SmolVLM's layout), LLaVA, LLaVA-NeXT and Qwen2-VL models.
+"""The ``hf_vlm`` adapter on tiny random Idefics2, Idefics3 (SmolVLM's layout), LLaVA, LLaVA-NeXT and Qwen2-VL models.
 
 Scores from random weights mean nothing; these tests check the paths: where
 each family's chat template puts the images, that they reach the model in
@@ -23,7 +23,7 @@ from mmcomp_eval.models import create_model, decoding
 from mmcomp_eval.models.image_text import ImageTextAdapter
 from mmcomp_eval.testing.tiny_models import random_image_text, save_random_image_text
 
-FAMILIES = ("idefics3", "llava", "llava_next", "qwen2_vl")
+FAMILIES = ("idefics2", "idefics3", "llava", "llava_next", "qwen2_vl")
 HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
 TASK = """
 task: {name}
@@ -40,13 +40,14 @@ media: {{frames_root: {root}, videos_root: {root}}}
 FIG7 = "Predict.\ntake knife <image> . wash plate <image> => cut onion\nopen tap <image> . stir pan <image> =>"
 #: what each family's chat template makes of FIG7 as one user turn (``{i}``: the image markup)
 EXPECTED_TEXT = {
+    "idefics2": "User: {fig7}<end_of_utterance>\nAssistant:",
     "idefics3": "<|im_start|>User: {fig7}<end_of_utterance>\nAssistant:",
     "llava": "USER: {fig7} ASSISTANT:",
     "llava_next": "[INST] {fig7} [/INST]",
     "qwen2_vl": ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{fig7}<|im_end|>\n"
                  "<|im_start|>assistant\n"),
 }
-MARKUP = {"idefics3": "<image>", "llava": "<image>", "llava_next": "<image>",
+MARKUP = {"idefics2": "<image>", "idefics3": "<image>", "llava": "<image>", "llava_next": "<image>",
           "qwen2_vl": "<|vision_start|><|image_pad|><|vision_end|>"}
 GREEDY = GenerationSettings(max_new_tokens=5, stop=())
 
@@ -74,7 +75,7 @@ def frames(reqs):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_images_reach_the_model_where_the_placeholders_were(tiny, family):
     model = adapter(tiny, family)
-    assert model.slots.placement == ("content_parts" if family in ("idefics3", "qwen2_vl") else "inline")
+    assert model.slots.placement == ("inline" if family.startswith("llava") else "content_parts")
     req = requests([FIG7])[0]
     text = model._encode(req).value
     assert text == EXPECTED_TEXT[family].format(fig7=FIG7.replace("<image>", MARKUP[family]))

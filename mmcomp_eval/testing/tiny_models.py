@@ -226,6 +226,13 @@ VLM_CHAT_TEMPLATES = {
         "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
         "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
         "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"),
+    # HuggingFaceM4/idefics2-8b
+    "idefics2": (
+        "{% for message in messages %}{{message['role'].capitalize()}}"
+        "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
+        "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
+        "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
+        "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"),
     # llava-hf/llava-1.5-7b-hf: every image of a turn first, then its text
     "llava": (
         "{% for message in messages %}{% if message['role'] != 'system' %}{{ message['role'].upper() + ': '}}{% endif %}"
@@ -264,6 +271,7 @@ VLM_CHAT_TEMPLATES = {
 VLM_SPECIAL_TOKENS = {
     "idefics3": ("<|im_start|>", "<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>",
                  *(f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7))),
+    "idefics2": ("<fake_token_around_image>", "<image>", "<end_of_utterance>"),
     "llava": ("<image>",),
     "llava_next": ("<image>",),
     "qwen2_vl": ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
@@ -278,7 +286,7 @@ _TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, n
 def random_image_text(family: str, corpus: Sequence[str], seed: int = 0):
     """A random-weight image-text-to-text model and its processor, in memory.
 
-    ``family`` is ``idefics3`` (SmolVLM's layout: pixel-shuffled SigLIP tiles,
+    ``family`` is ``idefics2`` (a perceiver, 4 tokens per image), ``idefics3`` (SmolVLM's layout: pixel-shuffled SigLIP tiles,
     4 tokens per 32-pixel tile, image splitting on), ``llava`` (CLIP, 9 tokens
     per image), ``llava_next`` (any-resolution tiles) or ``qwen2_vl`` (M-RoPE,
     one token per 28x28 pixels, 1 to 4 tokens per image). The chat templates
@@ -298,7 +306,7 @@ def random_image_text(family: str, corpus: Sequence[str], seed: int = 0):
     text = dict(_TINY_TEXT, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     template = VLM_CHAT_TEMPLATES[family]
-    builders = {"idefics3": _tiny_idefics3, "llava": _tiny_llava, "llava_next": _tiny_llava_next,
+    builders = {"idefics2": _tiny_idefics2, "idefics3": _tiny_idefics3, "llava": _tiny_llava, "llava_next": _tiny_llava_next,
                 "qwen2_vl": _tiny_qwen2_vl}
     config_and_class, processor = builders[family](tokenizer, text, ids, template)
     config, model_class = config_and_class
@@ -325,6 +333,21 @@ def save_random_image_text(folder: Path, family: str, corpus: Sequence[str], see
     (folder / "chat_template.jinja").write_text(processor.chat_template)
     (folder / "processor_config.json").write_text(json.dumps({"processor_class": "Qwen2VLProcessor"}))
     return folder
+
+
+def _tiny_idefics2(tokenizer, text, ids, template):
+    from transformers import Idefics2Config, Idefics2ForConditionalGeneration, Idefics2ImageProcessor, Idefics2Processor
+
+    # a perceiver resamples each 30-pixel image (9 patches) to 4 latent tokens (vision and perceiver weights
+    # spread as widely as the LM's, or images barely change the output); Mistral is Idefics2-8b's LM
+    config = Idefics2Config(vision_config=dict(_TINY_VISION, image_size=30, patch_size=10, initializer_range=0.5),
+                            perceiver_config=dict(hidden_size=32, resampler_n_latents=4, resampler_depth=1,
+                                                  resampler_n_heads=2, resampler_head_dim=8, num_key_value_heads=1,
+                                                  initializer_range=0.5),
+                            text_config=dict(text, model_type="mistral"), image_token_id=ids["<image>"])
+    image_processor = Idefics2ImageProcessor(size={"shortest_edge": 30, "longest_edge": 30}, do_image_splitting=False)
+    processor = Idefics2Processor(image_processor, tokenizer, image_seq_len=4, chat_template=template)
+    return (config, Idefics2ForConditionalGeneration), processor
 
 
 def _tiny_idefics3(tokenizer, text, ids, template):
