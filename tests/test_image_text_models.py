@@ -146,10 +146,11 @@ def test_raw_format_image_budget_and_errors(tiny, tmp_path):
     folder = save_random_image_text(tmp_path / "idefics3", "idefics3", S.corpus())
     tiled = create_model("hf_vlm", f"pretrained={folder},dtype=float32")
     single = create_model("hf_vlm", f"pretrained={folder},dtype=float32,image_splitting=false,prompt_format=raw")
+    shrunk = create_model("hf_vlm", f"pretrained={folder},dtype=float32,image_longest_edge=32")
     req = requests(["open tap <image> =>"])[0]
     img = [[S.frame_image(1, 5)]]  # 64x48: 2x2 tiles of 4 tokens plus a global view, or the global view alone
     image_id = tiled.tokenizer.convert_tokens_to_ids("<image>")
-    for model, tokens in ((tiled, 20), (single, 4)):
+    for model, tokens in ((tiled, 20), (single, 4), (shrunk, 4)):  # shrunk to one tile: nothing to split
         ids = model.encode([model._encode(req).value], img)["input_ids"]
         assert int((ids == image_id).sum()) == tokens
     assert single._encode(req).value == "open tap <image> =>"  # raw: the prompt as written
@@ -159,6 +160,8 @@ def test_raw_format_image_budget_and_errors(tiny, tmp_path):
     with pytest.raises(UserError, match="image_splitting applies to Idefics2, Idefics3, SmolVLM processors; "
                                         "'<in memory>' is a llava model"):
         adapter(tiny, "llava", image_splitting=False)
+    with pytest.raises(UserError, match="image arguments apply when a processor is loaded"):
+        adapter(tiny, "idefics3", image_splitting=False)
     with pytest.raises(UserError, match="prompt_format='plain' is not one of chat, raw"):
         adapter(tiny, "llava", prompt_format="plain")
     with pytest.raises(UserError, match="request r0: the prompt holds 1 <image> placeholders but 2 images"):

@@ -14,12 +14,13 @@ every row carries its own images (rows with fewer images simply have fewer
 image tokens; Idefics3 pads the pixel batch with empty images that it drops),
 so an answer does not depend on its batch (tested for each tiny family).
 
-How many tokens an image costs is the model's: Idefics3 and SmolVLM split
-an image into tiles (``image_splitting``, ``image_longest_edge``), Qwen2-VL
-spends one token per 28x28 pixels (``min_pixels``, ``max_pixels``), LLaVA-1.5
-576 per image, LLaVA-NeXT up to five times that. The CompAct keyframe prompt
-with 5 shots holds 18 images; a prompt longer than the model's context is
-refused with the number of tokens it needed (the images cannot be cut).
+How many tokens an image costs is the model's: Idefics2, Idefics3 and SmolVLM
+split an image into tiles (``image_splitting``, ``image_longest_edge``),
+Qwen2-VL spends one token per 28x28 pixels (``min_pixels``, ``max_pixels``),
+LLaVA-1.5 576 per image, LLaVA-NeXT a few tiles of 576 (docs/vlms.md has the
+count per EK-100 keyframe). The CompAct keyframe prompt with 5 shots holds 18
+images; a prompt longer than the model's context is refused with the number
+of tokens it needed (images cannot be cut like text).
 
 torch and transformers are imported when a model is built, not on import.
 """
@@ -136,7 +137,9 @@ class ImageTextAdapter(VisionLanguageModel):
         self = cls.__new__(cls)
         VisionLanguageModel.__init__(self, {"local_files_only": True, **options})
         self.pretrained, self.revision = pretrained, None
-        self.options.processor_kwargs(model.config.model_type, pretrained)  # same argument checks as a load
+        if self.options.processor_kwargs(model.config.model_type, pretrained):  # same checks as a load
+            raise UserError("image arguments apply when a processor is loaded; build the processor given to "
+                            "from_loaded with them")
         self._adopt(model, processor)
         return self
 
@@ -277,20 +280,26 @@ def _preset(name: str, pretrained: str, description: str, **defaults: Any) -> No
     MODELS.add_preset(name, "hf_vlm", description, pretrained=pretrained, **defaults)
 
 
-# Idefics3 and SmolVLM tile each image (13 tiles of 169 or 81 tokens for a large image): the CompAct keyframe
-# prompt's 18 images would not fit their context, so these presets send each keyframe as one global view.
+# Tokens per EK-100 keyframe (456x256; docs/vlms.md): the CompAct prompt with 5 shots has 18 of them. Idefics3
+# and SmolVLM tile a frame into up to 13 views, which would not fit their context 18 times over, so their
+# presets send each keyframe as one view (image_splitting=false; image_splitting=true restores the checkpoint's).
 _preset("smolvlm-instruct", "HuggingFaceTB/SmolVLM-Instruct",
-        "SmolVLM 2.2B instruct (Idefics3 layout; one 81-token view per image: image_splitting=false)",
+        "SmolVLM 2B instruct (Idefics3 architecture; 81 tokens per keyframe with image_splitting=false)",
+        image_splitting=False)
+_preset("smolvlm2-2.2b-instruct", "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+        "SmolVLM2 2.2B instruct (needs torchvision; 81 tokens per keyframe with image_splitting=false)",
         image_splitting=False)
 _preset("idefics2-8b", "HuggingFaceM4/idefics2-8b",
-        "Idefics2 8B instruct (64 tokens per image; image_splitting=false)", image_splitting=False)
+        "Idefics2 8B instruct (64 tokens per view; 5 views per keyframe with image_splitting=true)")
 _preset("idefics3-8b", "HuggingFaceM4/Idefics3-8B-Llama3",
-        "Idefics3 8B on Llama 3 (one 169-token view per image: image_splitting=false)", image_splitting=False)
+        "Idefics3 8B on Llama 3 (169 tokens per keyframe with image_splitting=false)", image_splitting=False)
 _preset("llava-1.5-7b", "llava-hf/llava-1.5-7b-hf",
-        "LLaVA-1.5 7B (576 tokens per image in 4,096: at most 6 keyframes, i.e. 1 shot)")
+        "LLaVA-1.5 7B (576 tokens per keyframe in a 4,096 context: 6 keyframes, i.e. --shots 1)")
 _preset("llava-1.6-mistral-7b", "llava-hf/llava-v1.6-mistral-7b-hf",
-        "LLaVA-NeXT 7B on Mistral (any-resolution tiles, up to 2,880 tokens per image)")
-_preset("qwen2-vl-2b-instruct", "Qwen/Qwen2-VL-2B-Instruct", "Qwen2-VL 2B instruct (one token per 28x28 pixels)")
-_preset("qwen2-vl-7b-instruct", "Qwen/Qwen2-VL-7B-Instruct", "Qwen2-VL 7B instruct (one token per 28x28 pixels)")
+        "LLaVA-NeXT 7B on Mistral (any-resolution tiles: about 1,600 tokens per keyframe)")
+_preset("qwen2-vl-2b-instruct", "Qwen/Qwen2-VL-2B-Instruct",
+        "Qwen2-VL 2B instruct (needs torchvision; 144 tokens per keyframe)")
+_preset("qwen2-vl-7b-instruct", "Qwen/Qwen2-VL-7B-Instruct",
+        "Qwen2-VL 7B instruct (needs torchvision; 144 tokens per keyframe)")
 _preset("qwen2.5-vl-7b-instruct", "Qwen/Qwen2.5-VL-7B-Instruct",
-        "Qwen2.5-VL 7B instruct (one token per 28x28 pixels)")
+        "Qwen2.5-VL 7B instruct (needs torchvision; 144 tokens per keyframe)")
