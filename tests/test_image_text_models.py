@@ -138,7 +138,8 @@ def test_text_only_and_chat_turns(tiny, family):
                         "=><end_of_utterance>\nAssistant: cut onion<end_of_utterance>\nUser: open tap <image> =>"
                         "<end_of_utterance>\nAssistant:")
     else:
-        assert text == "Predict. USER: take knife <image> . wash plate <image> => ASSISTANT: cut onion USER: open tap <image> => ASSISTANT:"
+        assert text == ("Predict. USER: take knife <image> . wash plate <image> => ASSISTANT: cut onion "
+                        "USER: open tap <image> => ASSISTANT:")
     assert len(chat.generate([req], images=[[S.frame_image(1, k) for k in (1, 2, 3)]])) == 1
 
 

@@ -12,6 +12,8 @@ a random model.
 * :func:`random_idefics` / :func:`save_random_idefics`: IDEFICS, tiny or with
   idefics-9b's shapes (GPU throughput checks without the weights).
 * :func:`save_random_flamingo`: OpenFlamingo or Otter in their release formats.
+* :func:`random_image_text` / :func:`save_random_image_text`: Idefics2, Idefics3,
+  LLaVA, LLaVA-NeXT or Qwen2-VL with the released chat templates, for ``hf_vlm``.
 
 torch and transformers are imported inside the builders.
 """
@@ -235,7 +237,8 @@ VLM_CHAT_TEMPLATES = {
         "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"),
     # llava-hf/llava-1.5-7b-hf: every image of a turn first, then its text
     "llava": (
-        "{% for message in messages %}{% if message['role'] != 'system' %}{{ message['role'].upper() + ': '}}{% endif %}"
+        "{% for message in messages %}{% if message['role'] != 'system' %}"
+        "{{ message['role'].upper() + ': '}}{% endif %}"
         "{# Render all images first #}{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
         "{{ '<image>\n' }}{% endfor %}{# Render all text next #}{% if message['role'] != 'assistant' %}"
         "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}{{ content['text'] + ' '}}"
@@ -277,7 +280,7 @@ VLM_SPECIAL_TOKENS = {
     "qwen2_vl": ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
                  "<|video_pad|>"),
 }
-#: every family's language model: a 2-layer Llama (Qwen2 for Qwen2-VL), hidden size 32
+#: every family's language model: 2 layers of width 32 (Llama; Mistral for Idefics2, Qwen2 for Qwen2-VL)
 _TINY_TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=2048, initializer_range=0.5)
 _TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
@@ -286,16 +289,17 @@ _TINY_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, n
 def random_image_text(family: str, corpus: Sequence[str], seed: int = 0):
     """A random-weight image-text-to-text model and its processor, in memory.
 
-    ``family`` is ``idefics2`` (a perceiver, 4 tokens per image), ``idefics3`` (SmolVLM's layout: pixel-shuffled SigLIP tiles,
-    4 tokens per 32-pixel tile, image splitting on), ``llava`` (CLIP, 9 tokens
-    per image), ``llava_next`` (any-resolution tiles) or ``qwen2_vl`` (M-RoPE,
-    one token per 28x28 pixels, 1 to 4 tokens per image). The chat templates
-    are the released checkpoints' (:data:`VLM_CHAT_TEMPLATES`).
+    ``family`` is ``idefics2`` (a perceiver, 4 tokens per image), ``idefics3``
+    (SmolVLM's layout: pixel-shuffled SigLIP tiles, 4 tokens per 32-pixel
+    tile, image splitting on), ``llava`` (CLIP, 9 tokens per image),
+    ``llava_next`` (any-resolution tiles) or ``qwen2_vl`` (M-RoPE, one token
+    per 28x28 pixels, 1 to 4 tokens per image). The chat templates are the
+    released checkpoints' (:data:`VLM_CHAT_TEMPLATES`).
 
     Qwen2-VL's processor needs torchvision (transformers builds its video
     processor even for images); without it the processor returned is
-    :func:`image_only_qwen2_vl_processor`'s, which runs the same image code
-    but cannot be saved and loaded with ``AutoProcessor``.
+    :func:`image_only_qwen2_vl_processor`'s, which runs the same image and
+    text code; a folder saved from it loads only where torchvision is installed.
     """
     import torch
 
@@ -306,7 +310,8 @@ def random_image_text(family: str, corpus: Sequence[str], seed: int = 0):
     text = dict(_TINY_TEXT, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     template = VLM_CHAT_TEMPLATES[family]
-    builders = {"idefics2": _tiny_idefics2, "idefics3": _tiny_idefics3, "llava": _tiny_llava, "llava_next": _tiny_llava_next,
+    builders = {"idefics2": _tiny_idefics2, "idefics3": _tiny_idefics3, "llava": _tiny_llava,
+                "llava_next": _tiny_llava_next,
                 "qwen2_vl": _tiny_qwen2_vl}
     config_and_class, processor = builders[family](tokenizer, text, ids, template)
     config, model_class = config_and_class
