@@ -144,6 +144,8 @@ def test_text_only_and_chat_turns(tiny, family):
 
 
 def test_raw_format_image_budget_and_errors(tiny, tmp_path):
+    from transformers import LlamaConfig
+
     folder = save_random_image_text(tmp_path / "idefics3", "idefics3", S.corpus())
     tiled = create_model("hf_vlm", f"pretrained={folder},dtype=float32")
     single = create_model("hf_vlm", f"pretrained={folder},dtype=float32,image_splitting=false,prompt_format=raw")
@@ -167,9 +169,15 @@ def test_raw_format_image_budget_and_errors(tiny, tmp_path):
         adapter(tiny, "llava", prompt_format="plain")
     with pytest.raises(UserError, match="request r0: the prompt holds 1 <image> placeholders but 2 images"):
         tiled._encode(GenerationRequest("r0", "open tap <image> =>", images=("a#0", "a#1")))
-    small = create_model("hf_vlm", f"pretrained={folder},dtype=float32,max_length=40")
+    (folder / "chat_template.jinja").unlink()  # a base checkpoint: no chat template
+    with pytest.raises(UserError, match="has no chat template; add --model-args prompt_format=raw"):
+        create_model("hf_vlm", f"pretrained={folder}")
+    LlamaConfig(hidden_size=32, num_hidden_layers=1).save_pretrained(tmp_path / "llama")
+    with pytest.raises(UserError, match="is a llama model, which transformers' AutoModelForImageTextToText does not"):
+        create_model("hf_vlm", f"pretrained={tmp_path / 'llama'}")  # refused from its config.json alone
+    small = create_model("hf_vlm", f"pretrained={folder},dtype=float32,max_length=40,prompt_format=raw")
     n = small.encode([small._encode(req).value], img)["input_ids"].shape[1]  # the image tokens count too
-    assert n > 40
+    assert n + 5 > 40 and small.fingerprint()["image_placement"] == "inline"
     with pytest.raises(UserError, match=f"request r0: the prompt has {n} tokens and max_new_tokens is 5, more "
                                         "than the model's 40; use fewer shots"):
         small.generate([req], images=img)

@@ -140,37 +140,34 @@ class ImageTextAdapter(VisionLanguageModel):
         if self.options.processor_kwargs(model.config.model_type, pretrained):  # same checks as a load
             raise UserError("image arguments apply when a processor is loaded; build the processor given to "
                             "from_loaded with them")
-        self._adopt(model, processor)
+        self._adopt(model, processor, self._image_slots(processor))
         return self
 
     # -- loading -------------------------------------------------------------------------------------------
 
     def _load(self) -> None:
         from transformers import AutoConfig, AutoModelForImageTextToText
+        from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
+        # Argument checks, the config and the processor first: a mistake should not cost a weights load.
         weights_kwargs = self.options.weights_kwargs()
         target = self.options.target_device()
         source = resolve_pretrained(self.pretrained)
         common = {"revision": self.revision, **self.options.hub_kwargs()}
         config = guarded_load(self.pretrained, lambda: AutoConfig.from_pretrained(source, **common))
+        if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+            raise UserError(f"'{self.pretrained}' is a {config.model_type} model, which transformers' "
+                            "AutoModelForImageTextToText does not load; hf_vlm takes image-text-to-text "
+                            "checkpoints (Idefics2/3, SmolVLM, LLaVA, LLaVA-NeXT, Qwen2-VL, ...)")
         processor_kwargs = self.options.processor_kwargs(config.model_type, self.pretrained)
         processor = guarded_load(self.pretrained, lambda: self._load_processor(source, config.model_type,
                                                                                {**common, **processor_kwargs}))
-
-        def load_model():
-            try:
-                return AutoModelForImageTextToText.from_pretrained(source, **common, **weights_kwargs)
-            except ValueError as exc:
-                if "Unrecognized configuration class" not in str(exc):
-                    raise
-                raise UserError(f"'{self.pretrained}' is a {config.model_type} model, which transformers' "
-                                "AutoModelForImageTextToText does not load; hf_vlm takes image-text-to-text "
-                                "checkpoints (Idefics2/3, SmolVLM, LLaVA, LLaVA-NeXT, Qwen2-VL, ...)") from None
-
-        model = guarded_load(self.pretrained, load_model)
+        slots = self._image_slots(processor)
+        model = guarded_load(self.pretrained,
+                             lambda: AutoModelForImageTextToText.from_pretrained(source, **common, **weights_kwargs))
         if target is not None:
             model.to(target)
-        self._adopt(model, processor)
+        self._adopt(model, processor, slots)
 
     def _load_processor(self, source: str, model_type: str, kwargs: dict[str, Any]):
         import importlib.util
@@ -185,13 +182,24 @@ class ImageTextAdapter(VisionLanguageModel):
                                 "not installed: pip install torchvision (the build that matches your torch)") from None
             raise
 
-    def _adopt(self, model, processor) -> None:
+    def _image_slots(self, processor) -> image_chat.ImageSlots:
+        """Where the processor's chat template puts images; a missing template is an error unless prompts are raw."""
+        if image_chat.has_chat_template(processor):
+            return image_chat.find_image_slots(processor, self.pretrained)
+        if self.options.prompt_format == "chat":
+            raise UserError(f"the processor of '{self.pretrained}' has no chat template; add "
+                            "--model-args prompt_format=raw to send the prompt text as it is")
+        token = getattr(processor, "image_token", None) or IMAGE_PLACEHOLDER
+        return image_chat.ImageSlots(False, token, token)
+
+    def _adopt(self, model, processor, slots: image_chat.ImageSlots) -> None:
         """Take a loaded model and processor: end tokens, padding, context length, where images go."""
         self.model = model.eval()
         ids = model.generation_config.eos_token_id if model.generation_config is not None else None
         decoding.ignore_checkpoint_defaults(self.model)
         self.device = self.model.device
         self.processor = processor
+        self.slots = slots
         self.tokenizer = tok = processor.tokenizer
         pad_on_the_left(tok, tok.unk_token, tok.eos_token)
         vocab = tok.get_vocab()
@@ -199,14 +207,6 @@ class ImageTextAdapter(VisionLanguageModel):
         eos |= {vocab[t] for t in END_OF_TURN_TOKENS if t in vocab}
         self.eos_ids = {e for e in eos if e is not None}
         self.max_length = self.options.max_length or context_length(self.model.config.get_text_config(), tok)
-        if self.options.prompt_format == "chat" and not image_chat.has_chat_template(processor):
-            raise UserError(f"the processor of '{self.pretrained}' has no chat template; add "
-                            "--model-args prompt_format=raw to send the prompt text as it is")
-        if image_chat.has_chat_template(processor):
-            self.slots = image_chat.find_image_slots(processor, self.pretrained)
-        else:
-            token = getattr(processor, "image_token", None) or IMAGE_PLACEHOLDER
-            self.slots = image_chat.ImageSlots(False, token, token)
 
     # -- prompts -------------------------------------------------------------------------------------------
 
