@@ -8,6 +8,7 @@ import is cheap.
 
 from mmcomp_eval.models import hf  # noqa: F401  (registers "hf" and its presets)
 from mmcomp_eval.models import idefics  # noqa: F401  (registers "idefics" and its presets)
+from mmcomp_eval.models import image_text  # noqa: F401  (registers "hf_vlm" and its presets)
 from mmcomp_eval.models import flamingo  # noqa: F401  (registers "open_flamingo", "otter" and presets)
 from mmcomp_eval.models import mrh  # noqa: F401  (registers the "mrh" baseline)
 from mmcomp_eval.models import gold  # noqa: F401  (registers "gold", the metrics' sanity check)
