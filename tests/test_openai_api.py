@@ -269,7 +269,7 @@ def test_run_end_to_end_through_the_response_store(tmp_path, capsys, monkeypatch
     again = json.loads((tmp_path / "again" / "results.json").read_text())
     assert again["cache"]["hits"] == len(WORDS) and again["cache"]["misses"] == 0
     assert (tmp_path / "out" / "samples.jsonl").read_text() == (tmp_path / "again" / "samples.jsonl").read_text()
-    first = server.bodies()[0]
+    first = next(b for b in server.bodies() if prompt_text("chat", b).endswith("word: knife =>"))
     assert first["messages"] == [{"role": "user", "content": "Repeat the word.\nword: plate => plate\n"
                                                              "word: onion => onion\nword: knife =>"}]
     assert first["max_tokens"] == 4 and first["stop"] == ["\n"]
