@@ -151,6 +151,17 @@ def test_retries_are_capped_then_the_error_is_one_line():
     assert "failed 4 times" in message and "HTTP 503: injected 503" in message and "\n" not in message
 
 
+def test_a_server_that_is_not_up_is_retried_then_named():
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = create_model("openai-chat", f"base_url=http://127.0.0.1:{port}/v1,model=x,max_retries=1,backoff_base=0.01")
+    with pytest.raises(UserError, match=f"127.0.0.1:{port}/v1/chat/completions failed 2 times, last with "
+                                        "ConnectionRefusedError"):
+        model.generate([ask("knife")])
+    assert model.poster.stats.retries == 1
+
+
 @pytest.mark.parametrize("status, hint", [(400, "HTTP 400: injected 400"), (401, "api_key_env"), (404, "base_url")])
 def test_client_errors_are_not_retried(status, hint):
     with FakeOpenAIServer(fault=lambda e, b, a: Fault(status=status)) as server:
@@ -370,6 +381,13 @@ def test_the_fingerprint_names_the_server_and_model_but_not_the_key(monkeypatch,
     assert create_model("openai-completions", "base_url=https://api.example.com/v1,model=m").fingerprint() == {
         "name": "openai-completions", "server": "api.example.com:443", "endpoint": "completions", "model": "m"}
     assert "sk-secret" not in json.dumps(a.fingerprint())
+    # lm-eval's habit of naming the endpoint in base_url
+    full = create_model("openai-completions", "base_url=http://127.0.0.1:8000/v1/completions,model=m")
+    assert full.server.url == "http://127.0.0.1:8000/v1/completions"
+    assert create_model("openai-chat", "base_url=http://127.0.0.1:8000/v1/chat/completions,model=m").server.url == \
+        "http://127.0.0.1:8000/v1/chat/completions"
+    with pytest.raises(UserError, match="names the /completions endpoint; this model uses /chat/completions"):
+        create_model("openai-chat", "base_url=http://127.0.0.1:8000/v1/completions,model=m")
 
 
 # -- a real model behind the API -----------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ import http.client
 import json
 import logging
 import random
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -31,8 +30,8 @@ from mmcomp_eval.errors import UserError
 
 log = logging.getLogger(__name__)
 
-#: HTTP statuses that mean "try again later": request timeout, rate limit, and server-side failures
-RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+#: HTTP statuses below 500 that mean "try again later" (request timeout, rate limit); every 5xx does too
+RETRYABLE_STATUS = frozenset({408, 429})
 #: longest piece of a server's error body quoted in an error line
 QUOTE_CHARS = 300
 
@@ -121,18 +120,18 @@ class JsonPoster:
         while True:
             if cancelled.is_set():
                 raise Cancelled()
-            failure, retry_after = self._attempt(url, data, headers)
-            if not isinstance(failure, _Transient):
-                return failure
+            outcome, retry_after = self._attempt(url, data, headers)
+            if not isinstance(outcome, _Transient):
+                return outcome
             if retry >= self.policy.max_retries:
-                raise UserError(f"{self.who}: {url} failed {retry + 1} times, last with {failure.reason}; "
+                raise UserError(f"{self.who}: {url} failed {retry + 1} times, last with {outcome.reason}; "
                                 "the server is overloaded or down: rerun later (answers so far are kept), "
                                 "or raise max_retries/timeout")
             retry += 1
             with self._rng_lock:
                 wait = self.policy.wait(retry, retry_after, self._rng)
             self.stats.add(wait)
-            log.warning("%s: %s from %s; retry %d/%d in %.1f s", self.who, failure.reason, url, retry,
+            log.warning("%s: %s from %s; retry %d/%d in %.1f s", self.who, outcome.reason, url, retry,
                         self.policy.max_retries, wait)
             if cancelled.wait(wait):
                 raise Cancelled()
@@ -145,12 +144,11 @@ class JsonPoster:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
             detail = _server_message(exc)
-            if exc.code in RETRYABLE_STATUS:
+            if exc.code in RETRYABLE_STATUS or exc.code >= 500:
                 return _Transient(f"HTTP {exc.code}{detail and ': ' + detail}"), _retry_after(exc.headers)
             raise UserError(f"{self.who}: {url} answered HTTP {exc.code}{detail and ': ' + detail}"
                             f"{_hint(exc.code)}") from None
-        except (urllib.error.URLError, TimeoutError, socket.timeout, ConnectionError,
-                http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, resets, TLS: the network, not us
             reason = getattr(exc, "reason", None) or exc
             return _Transient(f"{type(reason).__name__} ({reason})"), None
         try:

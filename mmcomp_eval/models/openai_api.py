@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: the endpoints under the API root, longest first (a base_url ending in one of them is taken as that endpoint)
+ENDPOINT_PATHS = ("chat/completions", "completions")
 #: the most stop sequences OpenAI's API accepts; the answer is cut at every stop string locally anyway
 API_MAX_STOP = 4
 #: seeds are sent as signed 64-bit integers, which every server's JSON parser takes
@@ -152,6 +154,12 @@ class Server:
         except ValueError:
             raise UserError(f"model argument base_url={base_url!r} has a bad port") from None
         base = base_url.rstrip("/")
+        given = next((p for p in ENDPOINT_PATHS if base.endswith("/" + p)), None)
+        if given is not None:  # lm-eval's habit: base_url names the endpoint itself
+            if given != path:
+                raise UserError(f"model argument base_url={base_url!r} names the /{given} endpoint; this model "
+                                f"uses /{path}: give the API root (ending in /v1) or pick the other openai-* model")
+            base = base[: -len(path) - 1]
         return cls(base, f"{base}/{path}", parts.scheme, parts.hostname.lower(), port)
 
     @property
@@ -298,8 +306,8 @@ class OpenAIModel(Model):
         for settings in {r.settings for r in requests}:
             problem = unsupported(settings)
             if problem:
-                raise UserError(f"model '{self.name}' cannot decode with {problem}; use --model hf or vllm for it")
-        for i, request in enumerate(requests):
+                raise UserError(f"model '{self.name}' cannot decode with {problem}; use --model hf for it")
+        for request in requests:
             self._check(request, images is not None and self.capabilities.reads_images)
         results = [""] * len(requests)
         cancelled = threading.Event()
