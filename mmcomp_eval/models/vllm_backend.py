@@ -329,11 +329,12 @@ class VLLMEngine:
 
         try:
             outputs = self.llm.generate(prompts, [SamplingParams(**p) for p in params], use_tqdm=False)
-        except ValueError as exc:  # vLLM checks each prompt before running any
+        except ValueError as exc:  # vLLM validates every prompt (length, image count) before running any
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if "maximum model length" in first or "longer than" in first:
-                raise UserError(f"vLLM refused a prompt: {first}; use fewer shots or a larger max_model_len") from None
-            raise
+            hint = ("use fewer shots or a larger max_model_len" if "length" in first else
+                    "set max_images to the most images a prompt carries" if "image" in first else
+                    "check the model arguments")
+            raise UserError(f"vLLM refused a prompt: {first}; {hint}") from None
         return [o.outputs[0].text for o in outputs]
 
     def placeholder(self, index: int) -> str | None:
@@ -480,6 +481,8 @@ class VLLMVisionLM(VLLMCausalLM):
     """
 
     name = "vllm-vlm"
+    #: with the default arguments; :meth:`_capabilities` says what an instance with others has
+    capabilities = ModelCapabilities(generate=True, images=True, reads_images=True, reports_each_result=True)
     options_type = VLLMVisionOptions
     options: VLLMVisionOptions
 
