@@ -418,3 +418,58 @@ def test_completions_answers_equal_the_hf_adapter_behind_the_server(tiny_llama_d
     assert rows[0] == rows[1] and any(rows[0])
     assert served["tasks"]["echo_task"]["metrics"] == direct["tasks"]["echo_task"]["metrics"]
     assert echo_last_word("completions", {"prompt": "word: pan =>"}) == " pan\nword: extra"
+
+
+IMAGE_TASK = """
+task: keyframes_task
+dataset: {{name: jsonl, options: {{files: {{test: test.jsonl, train: train.jsonl}}}}}}
+target_field: trg_narration
+answer_kind: narration
+prompt: {{template: compact_idefics.jinja, instruction: Predict the next narration.}}
+fewshot: {{sampler: first, k: 1}}
+generation: {{max_new_tokens: 8, stop: ["\\\\n"]}}
+metrics: [exact_match]
+media: {{frames_root: {media}, resize: 32}}
+"""
+
+
+def test_keyframes_reach_the_server_in_prompt_order(tmp_path, capsys):
+    """The whole media path: frames on disk -> keyframes -> data URLs in the prompt's order -> the server."""
+    from PIL import Image
+
+    from mmcomp_eval.evaluation.prepare import ModelPlan, RunOptions, load_media, prepare
+    from mmcomp_eval.media import synthetic as S
+    from mmcomp_eval.models.openai_api import OpenAIChat
+    from mmcomp_eval.tasks.index import TaskIndex
+
+    videos = ["P01_01", "P02_01"]
+    for k, video in enumerate(videos):
+        S.write_frames(tmp_path / "media", video, 80, video_index=k + 1)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    S.write_jsonl(tasks / "test.jsonl", S.compact_docs(3, videos, prefix="t"))
+    S.write_jsonl(tasks / "train.jsonl", S.compact_docs(2, videos, prefix="p"))
+    (tasks / "keyframes_task.yaml").write_text(IMAGE_TASK.format(media=tmp_path / "media"))
+    seen: dict[str, list[bytes]] = {}
+
+    def record(endpoint, body):
+        parts = body["messages"][0]["content"]
+        text = "".join(p["text"] for p in parts if p["type"] == "text")
+        seen[text] = [Image.open(io.BytesIO(base64.b64decode(p["image_url"]["url"].split(",", 1)[1]))).tobytes()
+                      for p in parts if p["type"] == "image_url"]
+        return "take knife"
+
+    with FakeOpenAIServer(answer=record) as server:
+        rc, _, err = run_cli(capsys, "--model", "openai-chat", "--model-args", f"base_url={server.base_url},model=v",
+                             "--tasks", "keyframes_task", "--include-path", str(tasks), "--no-progress", "--no-cache")
+        assert rc == 0, err
+    index = TaskIndex.build((tasks,))
+    prepared = prepare(index.resolve(["keyframes_task"])[0], ModelPlan("openai-chat", OpenAIChat.capabilities),
+                       RunOptions(include_paths=(tasks,), progress=False), index)
+    load_media(prepared, progress=False)
+    call = prepared.output.requests(prepared, 0)
+    assert len(seen) == len(call.requests) == 3
+    for i, request in enumerate(call.requests):
+        expected = [im.tobytes() for im in call.extra["images"][i]]
+        assert len(expected) == 6  # 3 keyframes for the shot, 3 for the query
+        assert seen[request.prompt.replace("<image>", "")] == expected

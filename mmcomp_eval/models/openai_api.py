@@ -296,7 +296,7 @@ class OpenAIModel(Model):
 
     @classmethod
     def _capabilities(cls, options: ApiOptions) -> ModelCapabilities:
-        return ModelCapabilities(generate=True, reports_each_result=True)
+        return cls.capabilities
 
     # -- generation ------------------------------------------------------------------------------------------
 
@@ -391,6 +391,8 @@ class OpenAIChat(OpenAIModel):
     """
 
     name = "openai-chat"
+    #: with the default arguments; :meth:`_capabilities` says what an instance with others has
+    capabilities = ModelCapabilities(generate=True, images=True, reads_images=True, reports_each_result=True)
     path = "chat/completions"
     options_type = ChatOptions
     options: ChatOptions
@@ -440,6 +442,7 @@ class OpenAICompletions(OpenAIModel):
     """
 
     name = "openai-completions"
+    capabilities = ModelCapabilities(generate=True, reports_each_result=True)
     path = "completions"
 
     def _check(self, request: GenerationRequest, with_images: bool) -> None:
