@@ -11,7 +11,7 @@ a random model.
 * :func:`random_tokenizer`: a byte-level BPE trained on a corpus, for the VLMs.
 * :func:`random_idefics` / :func:`save_random_idefics`: IDEFICS, tiny or with
   idefics-9b's shapes (GPU throughput checks without the weights).
-* :func:`save_random_flamingo`: OpenFlamingo or Otter in their release formats.
+* :func:`save_random_flamingo` / :func:`write_random_flamingo`: OpenFlamingo or Otter in their release formats.
 
 torch and transformers are imported inside the builders.
 """
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mmcomp_eval.models.flamingo.prompt import END_OF_CHUNK
 from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER
@@ -154,9 +156,26 @@ TINY_CLIP = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_
                  patch_size=10, hidden_act="quick_gelu")
 
 
+@dataclass
+class WrittenFlamingo:
+    """What :func:`write_random_flamingo` wrote, and the model it wrote (to compare a loaded copy's outputs with)."""
+
+    folder: Path
+    model: Any  # mmcomp_eval.models.flamingo.model.Flamingo, the weights as written
+    tokenizer: Any  # with the Flamingo tokens added, as the loaders add them
+
+
 def save_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: str = "llama",
                          cross_attn_every_n_layers: int = 1, seed: int = 0, extra_vocab: int = 0,
                          tokenizer_in_folder: bool = True) -> Path:
+    """:func:`write_random_flamingo`'s folder."""
+    return write_random_flamingo(folder, corpus, fmt, lm, cross_attn_every_n_layers, seed, extra_vocab,
+                                 tokenizer_in_folder).folder
+
+
+def write_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: str = "llama",
+                          cross_attn_every_n_layers: int = 1, seed: int = 0, extra_vocab: int = 0,
+                          tokenizer_in_folder: bool = True) -> WrittenFlamingo:
     """A tiny random Flamingo written as the original's code writes it, loadable by the ``open_flamingo``/``otter`` adapters.
 
     ``openflamingo``: ``lang/`` (LM + tokenizer as on the Hub, before the
@@ -214,7 +233,7 @@ def save_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: st
                         param.normal_(0.0, 0.5)
     if fmt == "openflamingo":
         torch.save(openflamingo_checkpoint(model), folder / "checkpoint.pt")
-        return folder
+        return WrittenFlamingo(folder, model, tokenizer)
     folder.mkdir(parents=True, exist_ok=True)
     text_config = {**language.config.to_dict(), **({"use_cache": False} if lm == "mpt" else {})}
     (folder / "config.json").write_text(json.dumps({
@@ -223,4 +242,4 @@ def save_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: st
     save_file(otter_state(model), folder / "model.safetensors")
     if tokenizer_in_folder:
         tokenizer.save_pretrained(folder)
-    return folder
+    return WrittenFlamingo(folder, model, tokenizer)
