@@ -215,6 +215,10 @@ def write_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: s
     lm_config.initializer_range = 0.5
     language = AutoModelForCausalLM.from_config(lm_config)
     vision = CLIPVisionModel(CLIPVisionConfig(**TINY_CLIP))
+    with torch.no_grad():  # a trained CLIP's ln_post is far from identity: features with and without it differ
+        ln_post = next(m for name, m in vision.named_modules() if name.endswith("post_layernorm"))
+        ln_post.weight.normal_(1.0, 0.5)
+        ln_post.bias.normal_(0.0, 0.5)
     if fmt == "openflamingo":
         language.save_pretrained(folder / "lang")
         tokenizer.save_pretrained(folder / "lang")
