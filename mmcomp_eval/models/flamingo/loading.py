@@ -131,6 +131,7 @@ def load_otter(folder: Path, every_n: int | None, features: str, transform: str,
     model_type = text_cfg.pop("model_type")
     if model_type == "mpt":
         check_mosaic_mpt(text_cfg, folder)
+        text_cfg = without_attention_dropout(text_cfg)
     if use_cache is None:
         use_cache = bool(text_cfg.get("use_cache", model_type != "mpt"))
     lm = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **text_cfg), dtype=dtype)
@@ -179,6 +180,13 @@ def check_mosaic_mpt(text_cfg: dict, folder: Path) -> None:
     if found:
         raise UserError(f"{folder}/config.json: the MPT text config sets {', '.join(found)}, which transformers' "
                         "MptForCausalLM does not implement; this checkpoint cannot be rebuilt faithfully")
+
+
+def without_attention_dropout(text_cfg: dict) -> dict:
+    """MosaicML's MPT config without ``attn_config.attn_pdrop``, a float that transformers 5's MPT config refuses
+    (it types it int); dropout does nothing in evaluation, so leaving it out changes no output."""
+    attn = {k: v for k, v in (text_cfg.get("attn_config") or {}).items() if k != "attn_pdrop"}
+    return {**text_cfg, "attn_config": attn} if "attn_config" in text_cfg else text_cfg
 
 
 def read_shards(folder: Path) -> dict:
