@@ -6,7 +6,7 @@ this file adds what is Flamingo's: the two checkpoint formats, placing the
 new parts beside a dispatched language model, the ``<|endofchunk|>`` prompt
 layout and one batch's encoding. Importing it does not import torch.
 
-Each adapter behaves as its original code does (``docs/vlm.md``):
+Each adapter behaves as its original code does (``docs/flamingo.md``):
 
 * decoding defaults (:class:`~mmcomp_eval.api.model.ModelDefaults`, used
   where the task and ``--gen-kwargs`` are silent): OpenFlamingo's
