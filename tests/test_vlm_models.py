@@ -418,8 +418,16 @@ def test_flamingo_and_otter_through_the_cli(env, tmp_path, capsys, monkeypatch):
         assert rc == 0, err
         rows = samples(out)
         assert len(rows) == 6 and rows[0]["images"] == [f"{d}#{c}" for d in ("d1", "d2", "d0") for c in range(3)]
-        fp = json.loads((out / "results.json").read_text())["model"]["fingerprint"]
+        results = json.loads((out / "results.json").read_text())
+        fp = results["model"]["fingerprint"]
         assert fp["format"] == ("otter" if model == "otter" else "openflamingo") and fp["loaded"]["loaded"] > 0
+        # each model's own decoding where the task is silent (it sets max_new_tokens and stop), Otter's own format
+        task = results["tasks"]["vlm_task"]
+        own = ({"generation": {"num_beams": 3, "no_repeat_ngram_size": 3}, "prompt_variant": "otter"}
+               if model == "otter" else {"generation": {"num_beams": 3, "length_penalty": 0.0}, "prompt_variant": None})
+        assert task["model_defaults"] == own
+        assert {k: task["generation"][k] for k in own["generation"]} == own["generation"]
+        assert ("GPT:<answer>" in rows[0]["prompt"]) == (model == "otter")
 
 
 def test_flamingo_checkpoint_names_and_errors(env, tmp_path, capsys):
