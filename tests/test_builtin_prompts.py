@@ -8,6 +8,8 @@ instruction, a shot or the answer filter, or a task file whose instruction
 changes, fails here. Only the dataset is swapped for the fixed documents.
 Chat turns are checked the same way, image templates included (their chat
 rendering used to fail: ``image()`` did not recognise the shots' copies).
+Prompt variants (``prompt.variants``, e.g. Otter's format of the keyframe
+task) are checked through a model that declares the variant.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 
 import pytest
 
-from mmcomp_eval.api.model import Model, ModelCapabilities
+from mmcomp_eval.api.model import Model, ModelCapabilities, ModelDefaults
 from mmcomp_eval.evaluation.prepare import RunOptions, prepare
 from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER as IMG
 from mmcomp_eval.config.task_config import DatasetConfig
@@ -75,6 +77,13 @@ TASK_TEMPLATES = {
     "compact_nup_idefics": "compact_idefics.jinja",
 }
 CASES = [*TASK_TEMPLATES.items(), ("compact_nup_idefics", "compact_idefics_alt.jinja")]
+# Otter's in-context format of the keyframe task: one `<image>User: ... GPT:<answer> answer` turn per example
+# (the Flamingo adapter turns each line break after an example into <|endofchunk|>)
+OTTER_INPUTS = [f"{IMG}User: {FIG7} put down vegetables . {IMG}open cupboard . {IMG}take cutting board GPT:<answer>",
+                f"{IMG}User: {FIG7} pick up egg . {IMG}crack egg . {IMG}open fridge GPT:<answer>",
+                f"{IMG}User: {FIG7} wash cutting board . {IMG}put down cutting board . {IMG}pick up knife "
+                "GPT:<answer>"]
+VARIANTS = {("compact_nup_idefics", "otter"): "compact_otter.jinja"}
 
 
 class PromptsOnly(Model):
@@ -87,29 +96,60 @@ class PromptsOnly(Model):
         raise AssertionError("prepare() must not call the model")
 
 
+class OtterPromptsOnly(PromptsOnly):
+    """Declares Otter's prompt variant and decoding defaults, as the ``otter`` adapter does."""
+
+    defaults = ModelDefaults(generation={"num_beams": 3, "no_repeat_ngram_size": 3}, prompt_variant="otter")
+
+
 @pytest.fixture(scope="module")
 def index():
     return TaskIndex.build()
 
 
-def prepared_prompt(index, tmp_path, task_name, template, chat=False):
+def prepared_task(index, tmp_path, task_name, template=None, chat=False, model=None):
+    """The task prepared on the fixed documents; ``template`` replaces its own (None: keep it)."""
     for name, docs in (("test.jsonl", [QUERY]), ("train.jsonl", [SHOT_A, SHOT_B, UNUSED])):
         (tmp_path / name).write_text("".join(json.dumps(d) + "\n" for d in docs))
     task = index.tasks[task_name]
-    assert task.prompt.template in (template, "compact_idefics.jinja")
+    prompt = task.prompt
+    if template is not None:
+        assert task.prompt.template in (template, "compact_idefics.jinja")
+        prompt = dataclasses.replace(task.prompt, template=template)
     task = dataclasses.replace(
-        task, prompt=dataclasses.replace(task.prompt, template=template),
+        task, prompt=prompt,
         dataset=DatasetConfig("jsonl", {"files": {s: str(tmp_path / f"{s}.jsonl") for s in ("test", "train")}}))
     opts = RunOptions(shots=2, sampler="first", apply_chat_template=chat, progress=False)
-    p = prepare(task, PromptsOnly(), opts, index)
+    p = prepare(task, model or PromptsOnly(), opts, index)
     assert p.shot_ids == {0: [[SHOT_A["id"], SHOT_B["id"]]]}
-    return p.prompts[0][0]
+    return p
+
+
+def prepared_prompt(index, tmp_path, task_name, template, chat=False):
+    return prepared_task(index, tmp_path, task_name, template, chat).prompts[0][0]
 
 
 def test_every_builtin_task_and_prompt_is_covered(index):
     assert set(TASK_TEMPLATES) == set(index.tasks)
-    assert {t for _, t in CASES} == {p.name for p in BUILTIN_PROMPTS.glob("*.jinja")} == set(EXPECTED)
+    assert {t for _, t in CASES} | set(VARIANTS.values()) == {p.name for p in BUILTIN_PROMPTS.glob("*.jinja")}
+    assert {t for _, t in CASES} == set(EXPECTED)
     assert all(index.tasks[t].prompt.template == tpl for t, tpl in TASK_TEMPLATES.items())
+    assert {(t, v): tpl for t, cfg in index.tasks.items() for v, tpl in cfg.prompt.variants.items()} == VARIANTS
+
+
+def test_otter_renders_its_own_format_of_the_keyframe_task(index, tmp_path):
+    p = prepared_task(index, tmp_path, "compact_nup_idefics", model=OtterPromptsOnly())
+    assert p.config.prompt.template == "compact_otter.jinja"
+    assert p.prompts[0][0].text == "\n".join([f"{OTTER_INPUTS[0]} put down cutting board",
+                                              f"{OTTER_INPUTS[1]} take olive oil", OTTER_INPUTS[2]])
+    # each narration's keyframe comes first, in document and clip order
+    assert [(i.doc_id, i.clip) for i in p.prompts[0][0].images] == [(d["id"], c) for d in (SHOT_A, SHOT_B, QUERY)
+                                                                    for c in range(3)]
+    # the task sets max_new_tokens and stop; the model's decoding defaults fill in the rest
+    assert p.model_defaults == {"generation": {"num_beams": 3, "no_repeat_ngram_size": 3}, "prompt_variant": "otter"}
+    assert (p.config.generation.num_beams, p.config.generation.no_repeat_ngram_size) == (3, 3)
+    plain = prepared_task(index, tmp_path, "compact_nup_idefics")  # a model without the variant: Fig. 7
+    assert plain.config.prompt.template == "compact_idefics.jinja" and plain.model_defaults["prompt_variant"] is None
 
 
 @pytest.mark.parametrize("task_name, template", CASES)

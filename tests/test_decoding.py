@@ -18,7 +18,7 @@ import torch
 
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.evaluation.prepare import RunOptions, with_generation_overrides
+from mmcomp_eval.evaluation.prepare import RunOptions, with_generation_overrides, with_model_generation_defaults
 from mmcomp_eval.config.model_args import parse_model_args
 from mmcomp_eval.models import create_model
 from mmcomp_eval.models.batching import BatchSizer
@@ -78,6 +78,7 @@ def test_sampler_draws_from_the_warped_distribution():
     n = 8000
     cases = [
         (GenerationSettings(do_sample=True, top_k=0), []),
+        (GenerationSettings(do_sample=True), [TopKLogitsWarper(50)]),  # HF's top_k 50 unless top_k=0 is asked
         (GenerationSettings(do_sample=True, top_k=0, temperature=0.5), [TemperatureLogitsWarper(0.5)]),
         (GenerationSettings(do_sample=True, top_k=3), [TopKLogitsWarper(3)]),
         (GenerationSettings(do_sample=True, top_k=0, top_p=0.8), [TopPLogitsWarper(0.8)]),
@@ -161,7 +162,8 @@ def test_greedy_is_hf_greedy(tiny):
         assert answer == tiny.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).lstrip()
 
 
-@pytest.mark.parametrize("extra", [{"num_beams": 3}, {"no_repeat_ngram_size": 2}, {"repetition_penalty": 1.4}])
+@pytest.mark.parametrize("extra", [{"num_beams": 3}, {"no_repeat_ngram_size": 2}, {"repetition_penalty": 1.4},
+                                   {"num_beams": 3, "length_penalty": 0.0}])
 def test_beam_search_and_penalties_are_hfs_and_batch_independent(tiny, extra):
     settings = GenerationSettings(max_new_tokens=8, stop=(), **extra)
     reqs = _reqs(settings, PROMPTS[:8])
@@ -233,6 +235,7 @@ def _task_file(tmp_path, generation: str):
     ("generation: {do_sample: true, temperature: 0}", "temperature=0.0: must be > 0 when sampling"),
     ("generation: {do_sample: true, top_p: 0}", "top_p=0.0: must be in (0, 1]"),
     ("generation: {max_new_tokens: 0}", "max_new_tokens=0: must be at least 1"),
+    ("generation: {length_penalty: 0.0}", "length_penalty=0.0 only applies to beam search; add num_beams > 1"),
     ("generation: {top_q: 0.5}", "unknown key 'generation.top_q' (did you mean 'top_p'?)"),
 ])
 def test_task_file_generation_errors(tmp_path, generation, message):
@@ -272,6 +275,31 @@ def test_gen_kwargs_override_the_task_and_are_checked_with_it(tmp_path):
     assert with_generation_overrides(task, {}) is task
     with pytest.raises(UserError, match="unknown key 'top_pp'"):  # library callers get the same checks
         RunOptions(gen_kwargs={"top_pp": 0.9}).validate()
+
+
+def test_model_decoding_defaults_fill_only_what_task_and_gen_kwargs_leave(tmp_path):
+    openflamingo = {"num_beams": 3, "length_penalty": 0.0}  # its evaluation's beam search
+    task = load_task_file(_task_file(tmp_path, "generation: {max_new_tokens: 5}"))
+    assert task.generation_keys == ("max_new_tokens",)
+    filled, applied = with_model_generation_defaults(task, openflamingo, ())
+    assert applied == openflamingo and filled.generation == GenerationSettings(max_new_tokens=5, num_beams=3,
+                                                                               length_penalty=0.0)
+    # a task file that names a field keeps it, even at the built-in default; the length penalty then has no beams
+    greedy = load_task_file(_task_file(tmp_path, "generation: {num_beams: 1}"))
+    assert with_model_generation_defaults(greedy, openflamingo, ()) == (greedy, {})
+    # --gen-kwargs (already applied to the task) win the same way
+    five = with_generation_overrides(task, {"num_beams": 5})
+    assert with_model_generation_defaults(five, openflamingo, ("num_beams",))[1] == {"length_penalty": 0.0}
+    # a task that samples gets no beams; Otter's no-repeat rule fits sampling and is kept
+    sampled = load_task_file(_task_file(tmp_path, "generation: {do_sample: true, top_p: 0.9}"))
+    otter = {"num_beams": 3, "no_repeat_ngram_size": 3}
+    out, applied = with_model_generation_defaults(sampled, otter, ())
+    assert applied == {"no_repeat_ngram_size": 3} and out.generation.num_beams == 1 and out.generation.do_sample
+    # a TaskConfig built in Python: fields away from the built-in defaults count as set
+    python_task = TaskConfig(**{**{f: getattr(task, f) for f in ("task", "dataset", "target_field", "prompt",
+                                                                 "metrics")},
+                                "generation": GenerationSettings(num_beams=2)})
+    assert with_model_generation_defaults(python_task, openflamingo, ())[1] == {"length_penalty": 0.0}
 
 
 def test_bad_gen_kwargs_fail_before_the_model_loads(tmp_path, capsys):

@@ -30,7 +30,7 @@ task: {name}
 dataset: {{name: jsonl, options: {{files: {{test: {docs}, train: {docs}}}}}}}
 target_field: trg_narration
 answer_kind: narration
-prompt: {{template: compact_idefics.jinja, instruction: {instruction}}}
+prompt: {{template: compact_idefics.jinja, variants: {{otter: compact_otter.jinja}}, instruction: {instruction}}}
 fewshot: {{sampler: first, k: 2}}
 generation: {{max_new_tokens: 4, stop: ["\\n"]}}
 metrics: [exact_match, bleu]
@@ -296,6 +296,73 @@ def test_bad_input_fails_before_any_work(env, tmp_path, capsys):
     assert DECODES.frames == before  # not one frame decoded
 
 
+def test_idefics_chat_turns_with_images(env, tmp_path, capsys, monkeypatch):
+    """--apply-chat-template on the keyframe task: IDEFICS-instruct's User:/Assistant: turns, images kept in order."""
+    from mmcomp_eval.tasks.index import BUILTIN_PROMPTS
+    from mmcomp_eval.tasks.prompting import PromptTemplate
+    from mmcomp_eval.api.document import Document
+
+    docs = [Document(d["id"], d) for d in S.compact_docs(3, ["P01_01"])]
+    rendered = PromptTemplate(BUILTIN_PROMPTS / "compact_idefics.jinja").render(docs[0], docs[1:], "Predict.",
+                                                                                 chat=True)
+    model = create_model("idefics", idefics_args(env))
+    req = GenerationRequest("r", rendered.text, messages=rendered.messages,
+                            images=tuple(f"{i.doc_id}#{i.clip}" for i in rendered.images))
+
+    def turn(d):
+        n = d.fields["narrations"]
+        return f"{n[0]} <image> . {n[1]} <image> . {n[2]} <image> =>"
+
+    eou = "<end_of_utterance>"
+    assert model._render(req) == "".join([
+        "Predict.\n",
+        f"User: {turn(docs[1])}{eou}\nAssistant: {docs[1].fields['trg_narration']}{eou}\n",
+        f"User: {turn(docs[2])}{eou}\nAssistant: {docs[2].fields['trg_narration']}{eou}\n",
+        f"User: {turn(docs[0])}{eou}\nAssistant:"])
+    assert [(i.doc_id, i.clip) for i in rendered.images] == [(d.id, c) for d in (docs[1], docs[2], docs[0])
+                                                             for c in range(3)]
+    monkeypatch.setenv("MMCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    rc, err = run_cli(capsys, env, "idefics", idefics_args(env), "vlm_task", tmp_path / "chat", "--apply-chat-template")
+    assert rc == 0, err
+    row = samples(tmp_path / "chat")[0]
+    assert [m["role"] for m in row["messages"]] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert sum(m["content"].count("<image>") for m in row["messages"]) == len(row["images"]) == 9
+
+
+def test_idefics_never_generates_image_tokens(env):
+    """bad_words_ids for <image> and <fake_token_around_image>, as IDEFICS's model card passes them."""
+    import torch
+
+    from mmcomp_eval.models.idefics import IdeficsAdapter
+    from mmcomp_eval.testing.tiny_models import random_idefics
+
+    model, processor = random_idefics(S.corpus())
+    banned = processor.tokenizer(["<image>", "<fake_token_around_image>"], add_special_tokens=False).input_ids
+    with torch.no_grad():  # make the two tokens the likeliest next tokens almost everywhere
+        for (token,) in banned:
+            model.lm_head.additional_fc.weight[token - model.config.vocab_size] *= 60
+    adapter = IdeficsAdapter.from_loaded(model, processor)
+    assert adapter.bad_words_ids == banned and adapter.fingerprint()["bad_words"] == ["<image>",
+                                                                                     "<fake_token_around_image>"]
+    prompts = [f"{v} knife <image> =>" for v in S.VERBS[:4]]
+    reqs = [GenerationRequest(f"r{i}", p, GenerationSettings(max_new_tokens=6, stop=()), images=(f"d{i}#0",))
+            for i, p in enumerate(prompts)]
+    images = [[S.frame_image(i + 1, 7)] for i in range(4)]
+    answers = adapter.generate(reqs, images=images)
+    free = []
+    for prompt, imgs, answer in zip(prompts, images, answers):
+        batch = {k: v for k, v in adapter.encode([prompt], [imgs]).items()}
+        width = batch["input_ids"].shape[1]
+        eos = sorted(adapter.eos_ids)
+        with torch.no_grad():
+            kept = model.generate(**batch, max_new_tokens=6, do_sample=False, eos_token_id=eos, bad_words_ids=banned)
+            unconstrained = model.generate(**batch, max_new_tokens=6, do_sample=False, eos_token_id=eos)
+        assert answer == adapter.tokenizer.decode(kept[0, width:], skip_special_tokens=True).strip()
+        assert not {t for (t,) in banned} & set(kept[0, width:].tolist())
+        free += unconstrained[0, width:].tolist()
+    assert {t for (t,) in banned} & set(free)  # without the ban the model would have produced them
+
+
 # -- OpenFlamingo and Otter ---------------------------------------------------------------------------------
 
 
@@ -351,8 +418,16 @@ def test_flamingo_and_otter_through_the_cli(env, tmp_path, capsys, monkeypatch):
         assert rc == 0, err
         rows = samples(out)
         assert len(rows) == 6 and rows[0]["images"] == [f"{d}#{c}" for d in ("d1", "d2", "d0") for c in range(3)]
-        fp = json.loads((out / "results.json").read_text())["model"]["fingerprint"]
+        results = json.loads((out / "results.json").read_text())
+        fp = results["model"]["fingerprint"]
         assert fp["format"] == ("otter" if model == "otter" else "openflamingo") and fp["loaded"]["loaded"] > 0
+        # each model's own decoding where the task is silent (it sets max_new_tokens and stop), Otter's own format
+        task = results["tasks"]["vlm_task"]
+        own = ({"generation": {"num_beams": 3, "no_repeat_ngram_size": 3}, "prompt_variant": "otter"}
+               if model == "otter" else {"generation": {"num_beams": 3, "length_penalty": 0.0}, "prompt_variant": None})
+        assert task["model_defaults"] == own
+        assert {k: task["generation"][k] for k in own["generation"]} == own["generation"]
+        assert ("GPT:<answer>" in rows[0]["prompt"]) == (model == "otter")
 
 
 def test_flamingo_checkpoint_names_and_errors(env, tmp_path, capsys):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mmcomp_eval.api.document import Document
@@ -52,6 +52,24 @@ class ModelCapabilities:
     reports_each_result: bool = False
 
 
+@dataclass(frozen=True)
+class ModelDefaults:
+    """How a model's original code asks it, applied by a run wherever the task and the command line are silent.
+
+    Declared by the adapter like :class:`ModelCapabilities` and read before
+    the model loads. A run records what it applied, per task, in
+    ``results.json`` (``tasks.<name>.model_defaults``).
+    """
+
+    #: ``GenerationSettings`` fields and the values the original evaluation code decodes with
+    #: (OpenFlamingo: beams); each is used only where neither the task file nor ``--gen-kwargs`` sets
+    #: the field and only if it fits what they chose (no beam width under sampling)
+    generation: Mapping[str, Any] = field(default_factory=dict)
+    #: the prompt format the model was trained with: a task whose ``prompt.variants`` has this key
+    #: renders that template for this model instead of its own
+    prompt_variant: str | None = None
+
+
 class Model(ABC):
     """A model answers batches of requests.
 
@@ -65,6 +83,8 @@ class Model(ABC):
     #: what this adapter can be asked; adapters whose abilities depend on their arguments
     #: (``images=false``) set it per instance and override :meth:`capabilities_for`
     capabilities: ModelCapabilities = ModelCapabilities()
+    #: decoding and prompt format of the model's original code (none by default)
+    defaults: ModelDefaults = ModelDefaults()
 
     @classmethod
     def capabilities_for(cls, args: Mapping[str, Any]) -> ModelCapabilities:

@@ -44,6 +44,9 @@ class GenerationSettings:
     top_k: int = 50
     #: beam search width (greedy or beam search only; not combined with sampling)
     num_beams: int = 1
+    #: beam search only: a finished beam's score is its log-probability divided by length**length_penalty
+    #: (HF's default 1.0; OpenFlamingo's evaluation uses 0.0, the plain sum)
+    length_penalty: float = 1.0
     #: HF's CTRL-style penalty on tokens already in the prompt or answer (1.0: none)
     repetition_penalty: float = 1.0
     #: forbid repeating any n-gram of this size (0: off)
@@ -59,6 +62,8 @@ class GenerationSettings:
             return f"num_beams={self.num_beams}: must be at least 1"
         if self.repetition_penalty <= 0:
             return f"repetition_penalty={self.repetition_penalty}: must be > 0 (1.0 is no penalty)"
+        if self.length_penalty != 1.0 and self.num_beams == 1:
+            return f"length_penalty={self.length_penalty} only applies to beam search; add num_beams > 1 (or drop it)"
         if self.no_repeat_ngram_size < 0:
             return f"no_repeat_ngram_size={self.no_repeat_ngram_size}: must be 0 (off) or more"
         if any(not s for s in self.stop):

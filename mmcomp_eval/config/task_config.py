@@ -44,6 +44,9 @@ class PromptConfig:
     #: the most characters one rendered prompt (or chat turn) may have; a template
     #: that would build more fails instead of exhausting memory
     max_chars: int = DEFAULT_MAX_PROMPT_CHARS
+    #: templates for models trained with another prompt format: a model whose adapter declares
+    #: ``prompt_variant: otter`` renders ``variants["otter"]`` instead of ``template``
+    variants: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,9 @@ class TaskConfig:
     fewshot: FewshotConfig = field(default_factory=FewshotConfig)
     #: how answers are decoded (``--gen-kwargs`` overrides it); ``seed`` comes from the run, never the file
     generation: GenerationSettings = field(default_factory=GenerationSettings)
+    #: the ``generation:`` keys the task file sets (set by the loader, not by YAML): a model's own decoding
+    #: defaults never replace them, even where they equal the built-in default
+    generation_keys: tuple[str, ...] = ()
     #: the task puts images in its prompts (vision-language models only)
     requires_images: bool = False
     #: where the keyframes of image prompts come from
@@ -135,10 +141,19 @@ class TaskConfig:
     #: where the task was read from (set by the loader, not by YAML)
     source: str = ""
 
+    def with_prompt_variant(self, variant: str | None) -> TaskConfig:
+        """This task with ``prompt.variants[variant]`` as its template, when it has that variant; else itself."""
+        name = self.prompt.variants.get(variant) if variant else None
+        return dataclasses.replace(self, prompt=dataclasses.replace(self.prompt, template=name)) if name else self
+
     def validate(self, where: str) -> None:
         """What a task file can get wrong on its own; names registered elsewhere (output types,
         perturbation kinds) are checked by :func:`mmcomp_eval.tasks.checks.check_task`."""
         one_of(where, "answer_kind", self.answer_kind, ANSWER_KINDS)
+        for variant, name in self.prompt.variants.items():
+            if not isinstance(variant, str) or not isinstance(name, str) or not name:
+                raise UserError(f"{where}: prompt.variants maps a model's prompt variant to a template file name; "
+                                f"got {variant!r}: {name!r}")
         if self.prompt.max_chars < 1:
             raise UserError(f"{where}: prompt.max_chars is {self.prompt.max_chars}; expected at least 1")
         if self.fewshot.k < 0:
@@ -222,7 +237,8 @@ def parse_task(data: dict, source: str) -> TaskConfig | GroupConfig:
     generation = data.get("generation")
     if isinstance(generation, dict) and "seed" in generation:
         raise UserError(f"{source}: generation.seed is not a task setting; the run's --seed/--seeds set it")
-    cfg = _build(TaskConfig, {**data, "source": source}, source)
+    given = tuple(generation) if isinstance(generation, dict) else ()
+    cfg = _build(TaskConfig, {**data, "source": source, "generation_keys": given}, source)
     cfg.validate(f"{source} (task {cfg.task})")
     return cfg
 

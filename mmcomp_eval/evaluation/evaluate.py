@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmcomp_eval.api.model import Model, ModelCapabilities
+from mmcomp_eval.api.model import Model, ModelCapabilities, ModelDefaults
 from mmcomp_eval.config.model_args import accepted_arguments, parse_model_args
 from mmcomp_eval.config.task_config import TaskConfig, parse_generation_overrides
 from mmcomp_eval.errors import UserError
@@ -57,6 +57,8 @@ class ModelTarget:
     #: the arguments as given (``--model-args``, ``--batch-size`` and offline folded in): results.json's ``model.args``
     args: dict[str, Any]
     capabilities: ModelCapabilities
+    #: the adapter's decoding defaults and prompt variant (applied per task where the task is silent)
+    defaults: ModelDefaults = ModelDefaults()
     adapter: type[Model] | None = None
     kwargs: dict[str, Any] | None = None     # checked keyword arguments of ``adapter``, preset defaults merged
     instance: Model | None = None            # a model the caller built
@@ -68,7 +70,7 @@ class ModelTarget:
             if model_args or batch_size is not None:
                 raise UserError("model_args and batch_size configure a model that evaluate() builds; "
                                 "pass a model name, or build the model with them yourself")
-            return cls(model.name, {}, model.capabilities, instance=model)
+            return cls(model.name, {}, model.capabilities, model.defaults, instance=model)
         from mmcomp_eval.models import MODELS
 
         if not isinstance(model, str) or not model:
@@ -83,10 +85,10 @@ class ModelTarget:
         if offline and "offline" in params and "offline" not in args:
             args["offline"] = True
         adapter, kwargs = MODELS.resolve(model, args)
-        return cls(model, args, adapter.capabilities_for(kwargs), adapter, kwargs)
+        return cls(model, args, adapter.capabilities_for(kwargs), adapter.defaults, adapter, kwargs)
 
     def plan(self) -> ModelPlan:
-        return ModelPlan(self.name, self.capabilities)
+        return ModelPlan(self.name, self.capabilities, self.defaults)
 
     def build(self) -> Model:
         """The model; refused if it turned out able to do other things than its adapter promised."""

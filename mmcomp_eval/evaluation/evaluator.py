@@ -159,6 +159,8 @@ def _task_record(p: PreparedTask, per_seed: dict, details: dict, opts: RunOption
         "metric_details": details,
         # the decoding the answers came from: null unless the task generates and the model is asked
         "generation": None,
+        # the model adapter's own defaults this task used: decoding settings, prompt variant
+        "model_defaults": p.model_defaults,
         **(p.output.record(p) if p.output else {}),
         **(p.media.record() if p.media else {"n_skipped": 0}),
     }

@@ -12,12 +12,13 @@ built and before it is asked anything.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from mmcomp_eval.api.document import Document
-from mmcomp_eval.api.model import Model, ModelCapabilities
+from mmcomp_eval.api.model import Model, ModelCapabilities, ModelDefaults
 from mmcomp_eval.api.request import DEFAULT_SETTINGS, SAMPLING_FIELDS
 from mmcomp_eval.api.task import OutputType
 from mmcomp_eval.config.task_config import TaskConfig, parse_generation_overrides
@@ -68,6 +69,7 @@ class ModelPlan:
 
     name: str
     capabilities: ModelCapabilities
+    defaults: ModelDefaults = field(default_factory=ModelDefaults)
 
 
 @dataclass
@@ -89,6 +91,8 @@ class PreparedTask:
     pool: list[Document] = field(default_factory=list)
     #: the prompts hold images the model looks at: :func:`load_media` must run before it is asked
     needs_media: bool = False
+    #: what of the model's own defaults this task used (results.json ``model_defaults``)
+    model_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 def with_generation_overrides(task: TaskConfig, overrides: dict[str, Any]) -> TaskConfig:
@@ -110,9 +114,35 @@ def with_generation_overrides(task: TaskConfig, overrides: dict[str, Any]) -> Ta
     return replace(task, generation=settings)
 
 
+def with_model_generation_defaults(task: TaskConfig, defaults: Mapping[str, Any],
+                                   overridden: Collection[str]) -> tuple[TaskConfig, dict[str, Any]]:
+    """``task`` with a model's decoding defaults where neither its file nor ``--gen-kwargs`` (``overridden``) set them.
+
+    A field counts as set by the task when its file names it or, for a
+    TaskConfig built in Python, when it differs from the built-in default.
+    A default that would contradict what was chosen (a beam width when the
+    task samples, a length penalty without beams) is left out; the
+    defaults are tried in the model's order. Returns the task and the
+    defaults applied.
+    """
+    current = task.generation
+    given = {*overridden, *task.generation_keys,
+             *(f.name for f in fields(current) if getattr(current, f.name) != getattr(DEFAULT_SETTINGS, f.name))}
+    applied: dict[str, Any] = {}
+    for name, value in defaults.items():
+        candidate = replace(current, **{name: value})
+        if name not in given and candidate.problem() is None:
+            current, applied[name] = candidate, value
+    return (replace(task, generation=current) if applied else task), applied
+
+
 def prepare(task: TaskConfig, model: Model | ModelPlan, opts: RunOptions, index: TaskIndex) -> PreparedTask:
     """Documents, shots, prompts, media and answer space of ``task`` for ``model``; asks the model nothing."""
     task = with_generation_overrides(task, opts.gen_kwargs)
+    task, applied = with_model_generation_defaults(task, model.defaults.generation, opts.gen_kwargs)
+    variant = model.defaults.prompt_variant if model.defaults.prompt_variant in task.prompt.variants else None
+    task = task.with_prompt_variant(variant)
+    model_defaults = {"generation": applied, "prompt_variant": variant}
     split = opts.split or task.eval_split
     docs = load_documents(task, split, opts.data)
     if opts.limit is not None:
@@ -154,7 +184,7 @@ def prepare(task: TaskConfig, model: Model | ModelPlan, opts: RunOptions, index:
     if needs_media:
         TaskMedia.resolver(task)  # the media section and its folders; decoding waits for load_media
     return PreparedTask(task, split, docs, k, template, prompts, shot_ids, output_type(task, opts.data),
-                        shot_exclusion=exclusion, pool=pool, needs_media=needs_media)
+                        shot_exclusion=exclusion, pool=pool, needs_media=needs_media, model_defaults=model_defaults)
 
 
 def load_media(prepared: PreparedTask, progress: bool) -> None:

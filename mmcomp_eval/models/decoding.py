@@ -92,7 +92,8 @@ def generate_kwargs(settings: GenerationSettings, seeds: Sequence[int], prompt_w
 
     config = GenerationConfig(
         max_new_tokens=settings.max_new_tokens, do_sample=False, num_beams=settings.num_beams,
-        repetition_penalty=settings.repetition_penalty, no_repeat_ngram_size=settings.no_repeat_ngram_size,
+        length_penalty=settings.length_penalty, repetition_penalty=settings.repetition_penalty,
+        no_repeat_ngram_size=settings.no_repeat_ngram_size,
         pad_token_id=pad_id, eos_token_id=sorted(eos_ids) or None,
     )
     processors = LogitsProcessorList()

@@ -9,6 +9,10 @@ batch: greedy and sampled outputs are the same at batch size 1 and N
 (tested; sampling draws from each request's own seeded stream, see
 ``models/decoding.py``).
 
+As the model card's example does, generation may never produce ``<image>``
+or ``<fake_token_around_image>`` (``bad_words_ids``), and the instruct
+models end their turn with ``<end_of_utterance>``.
+
 torch and transformers are imported when a model is built, not on import.
 """
 
@@ -25,6 +29,9 @@ from mmcomp_eval.models.vlm import VisionLanguageModel, interleave
 
 if TYPE_CHECKING:
     from PIL import Image
+
+#: tokens generation may not produce (the model card passes them as ``bad_words_ids``)
+BANNED_TOKENS = ("<image>", "<fake_token_around_image>")
 
 
 @MODELS.register("idefics")
@@ -82,6 +89,8 @@ class IdeficsAdapter(VisionLanguageModel):
             eos.add(eou)  # the instruct models end their turn with it
         self.eos_ids = {e for e in eos if e is not None}
         self.max_length = self.options.max_length or context_length(self.model.config)
+        # the model card: tokenizer(["<image>", "<fake_token_around_image>"], add_special_tokens=False).input_ids
+        self.bad_words_ids = tok(list(BANNED_TOKENS), add_special_tokens=False).input_ids
 
     def _chat(self, messages) -> str:
         """IDEFICS-instruct's dialogue format: ``User:``/``Assistant:`` turns ended by ``<end_of_utterance>``."""
@@ -112,8 +121,12 @@ class IdeficsAdapter(VisionLanguageModel):
         batch = {k: v.to(self.device) for k, v in batch.items()}
         if "pixel_values" in batch:
             batch["pixel_values"] = batch["pixel_values"].to(self.model.dtype)
-        return self._generate_text(lambda **kw: self.model.generate(**batch, **kw), batch["input_ids"].shape[1],
-                                   settings, requests)
+
+        def generate(generation_config, **kw):
+            generation_config.bad_words_ids = self.bad_words_ids
+            return self.model.generate(**batch, generation_config=generation_config, **kw)
+
+        return self._generate_text(generate, batch["input_ids"].shape[1], settings, requests)
 
     def fingerprint(self) -> dict[str, Any]:
         return {
@@ -121,11 +134,16 @@ class IdeficsAdapter(VisionLanguageModel):
             "pretrained": self.pretrained,
             "revision": checkpoint_revision(self.model, self.revision),
             "architecture": type(self.model).__name__,
+            "bad_words": list(BANNED_TOKENS),
         }
 
 
-MODELS.add_preset("idefics-9b", "idefics", "IDEFICS 9B base (CompAct's VLM)", pretrained="HuggingFaceM4/idefics-9b")
-MODELS.add_preset("idefics-9b-instruct", "idefics", "IDEFICS 9B instruct",
+MODELS.add_preset("idefics-9b", "idefics",
+                  "IDEFICS 9B base (not the paper's model: CompAct used the instruction-tuned one)",
+                  pretrained="HuggingFaceM4/idefics-9b")
+MODELS.add_preset("idefics-9b-instruct", "idefics",
+                  "IDEFICS 9B instruct, CompAct's VLM ('the LLM of IDEFICS (instruct-tuned LLaMA1)', App. E.3.1), "
+                  "prompted as in the paper with the plain Fig. 7 text (no --apply-chat-template)",
                   pretrained="HuggingFaceM4/idefics-9b-instruct")
 MODELS.add_preset("idefics-80b", "idefics", "IDEFICS 80B base (sharded over GPUs)",
                   pretrained="HuggingFaceM4/idefics-80b", device_map="auto")

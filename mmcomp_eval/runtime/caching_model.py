@@ -62,6 +62,7 @@ class CachingModel(Model):
         self.store = store
         self.name = inner.name
         self.capabilities = inner.capabilities
+        self.defaults = inner.defaults
         self.model_key = model_key(identity)
         self.hits = 0
         self.misses = 0

@@ -11,7 +11,7 @@ a random model.
 * :func:`random_tokenizer`: a byte-level BPE trained on a corpus, for the VLMs.
 * :func:`random_idefics` / :func:`save_random_idefics`: IDEFICS, tiny or with
   idefics-9b's shapes (GPU throughput checks without the weights).
-* :func:`save_random_flamingo`: OpenFlamingo or Otter in their release formats.
+* :func:`save_random_flamingo` / :func:`write_random_flamingo`: OpenFlamingo or Otter in their release formats.
 * :func:`random_image_text` / :func:`save_random_image_text`: Idefics2, Idefics3,
   LLaVA, LLaVA-NeXT or Qwen2-VL with the released chat templates, for ``hf_vlm``.
 
@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mmcomp_eval.models.flamingo.prompt import END_OF_CHUNK
 from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER
@@ -142,59 +144,91 @@ def save_random_idefics(folder: Path, corpus: Sequence[str], size: str = "tiny",
     return folder
 
 
-#: language models of :func:`save_random_flamingo` (MPT, RedPajama/GPT-NeoX and LLaMA back the released models)
+#: language models of :func:`save_random_flamingo` (MPT, RedPajama/GPT-NeoX and LLaMA back the released models;
+#: like theirs, the LLaMA and GPT-NeoX output layers are untied, MPT's is its input embedding)
 TINY_LMS = {
     "llama": dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=False),
     "gpt_neox": dict(model_type="gpt_neox", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, max_position_embeddings=1024),
-    "mpt": dict(model_type="mpt", d_model=32, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=1024),
+                     num_attention_heads=4, max_position_embeddings=1024, tie_word_embeddings=False),
+    "mpt": dict(model_type="mpt", d_model=32, n_heads=4, n_layers=2, expansion_ratio=4, max_seq_len=1024),
 }
 #: the vision tower of :func:`save_random_flamingo`
 TINY_CLIP = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=30,
                  patch_size=10, hidden_act="quick_gelu")
 
 
-def save_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: str = "llama",
-                         cross_attn_every_n_layers: int = 1, seed: int = 0) -> Path:
-    """A tiny random Flamingo in a released format, loadable by :class:`~mmcomp_eval.models.flamingo.adapter.FlamingoAdapter`.
+@dataclass
+class WrittenFlamingo:
+    """What :func:`write_random_flamingo` wrote, and the model it wrote (to compare a loaded copy's outputs with)."""
 
-    ``openflamingo``: ``lang/`` (LM + tokenizer, before the special tokens are
-    added), ``vision/`` (CLIP tower + processor) and ``checkpoint.pt``
-    written under OpenFlamingo's names. ``otter``: one folder with Otter's
-    ``config.json``, ``model.safetensors``, tokenizer and image processor.
+    folder: Path
+    model: Any  # mmcomp_eval.models.flamingo.model.Flamingo, the weights as written
+    tokenizer: Any  # with the Flamingo tokens added, as the loaders add them
+
+
+def save_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: str = "llama",
+                         cross_attn_every_n_layers: int = 1, seed: int = 0, extra_vocab: int = 0,
+                         tokenizer_in_folder: bool = True) -> Path:
+    """:func:`write_random_flamingo`'s folder."""
+    return write_random_flamingo(folder, corpus, fmt, lm, cross_attn_every_n_layers, seed, extra_vocab,
+                                 tokenizer_in_folder).folder
+
+
+def write_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: str = "llama",
+                          cross_attn_every_n_layers: int = 1, seed: int = 0, extra_vocab: int = 0,
+                          tokenizer_in_folder: bool = True) -> WrittenFlamingo:
+    """A tiny random Flamingo written as the original's code writes it, loadable by the ``open_flamingo``/``otter`` adapters.
+
+    ``openflamingo``: ``lang/`` (LM + tokenizer as on the Hub, before the
+    special tokens; the LM has ``extra_vocab`` rows beyond the tokenizer, as
+    MPT-7B's 50,432 for 50,277 tokens), ``vision/`` (the CLIP tower alone, no
+    ``preprocessor_config.json``: OpenFlamingo takes its transform from
+    open_clip) and ``checkpoint.pt`` as OpenFlamingo's training script
+    filters and names it, after resizing the LM to the tokenizer with
+    ``<|endofchunk|>`` and ``<image>`` (see ``flamingo_formats.py``).
+    ``otter``: one folder as Otter's ``save_pretrained`` writes it:
+    ``config.json`` (``text_config`` with ``use_cache: false`` for MPT as in
+    Otter's MPT-7B config), ``model.safetensors`` under Otter's names, the
+    tokenizer with ``<|endofchunk|>``, ``<image>``, ``<answer>`` (unless
+    ``tokenizer_in_folder`` is false) and no image processor; the LM is not
+    resized, so ``extra_vocab`` rows stay (Otter-MPT7B: 50,432).
     The gates start at 1 (trained checkpoints learn them from 0) and the
     new layers are initialised as widely as the LM, so that images change
     the output.
     """
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoModelForCausalLM, CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+    from transformers import AutoConfig, AutoModelForCausalLM, CLIPVisionConfig, CLIPVisionModel
 
-    from mmcomp_eval.models.flamingo.checkpoint import export_state
     from mmcomp_eval.models.flamingo.model import Flamingo
+    from mmcomp_eval.models.flamingo.prompt import ANSWER
+    from mmcomp_eval.testing.flamingo_formats import openflamingo_checkpoint, otter_state
 
     folder = Path(folder)
     torch.manual_seed(seed)
     tokenizer, _ = random_tokenizer(corpus)
+    specials = [END_OF_CHUNK, IMAGE_PLACEHOLDER] + ([ANSWER] if fmt == "otter" else [])
     spec = dict(TINY_LMS[lm])
-    lm_config = AutoConfig.for_model(spec.pop("model_type"), vocab_size=len(tokenizer), **spec,
+    rows = len(tokenizer) + (len(specials) if fmt == "otter" else 0) + extra_vocab
+    lm_config = AutoConfig.for_model(spec.pop("model_type"), vocab_size=rows, **spec,
                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                                      pad_token_id=tokenizer.pad_token_id)
     lm_config.initializer_range = 0.5
     language = AutoModelForCausalLM.from_config(lm_config)
     vision = CLIPVisionModel(CLIPVisionConfig(**TINY_CLIP))
-    processor = CLIPImageProcessor(size={"shortest_edge": 30}, crop_size={"height": 30, "width": 30})
-    specials = [END_OF_CHUNK, IMAGE_PLACEHOLDER] + (["<answer>"] if fmt == "otter" else [])
+    with torch.no_grad():  # a trained CLIP's ln_post is far from identity: features with and without it differ
+        ln_post = next(m for name, m in vision.named_modules() if name.endswith("post_layernorm"))
+        ln_post.weight.normal_(1.0, 0.5)
+        ln_post.bias.normal_(0.0, 0.5)
     if fmt == "openflamingo":
         language.save_pretrained(folder / "lang")
         tokenizer.save_pretrained(folder / "lang")
         vision.save_pretrained(folder / "vision")
-        processor.save_pretrained(folder / "vision")
     tokenizer.add_special_tokens({"additional_special_tokens": specials})
-    language.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-    model = Flamingo(vision, language, tokenizer.convert_tokens_to_ids(IMAGE_PLACEHOLDER),
-                     cross_attn_every_n_layers, "ln_post_patches" if fmt == "openflamingo" else "patches")
+    if fmt == "openflamingo":  # create_model_and_transforms resizes to the tokenizer (down, here)
+        language.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    model = Flamingo(vision, language, tokenizer.convert_tokens_to_ids(IMAGE_PLACEHOLDER), cross_attn_every_n_layers)
     with torch.no_grad():  # the new parts get the LM's spread (0.5), so images visibly change the output
         for block in [*model.gated_cross_attn_layers, model.perceiver]:
             if block is not None:
@@ -203,18 +237,18 @@ def save_random_flamingo(folder: Path, corpus, fmt: str = "openflamingo", lm: st
                         param.fill_(1.0)
                     elif param.dim() == 2 and "latents" not in name:
                         param.normal_(0.0, 0.5)
-    state = export_state(model, fmt)
     if fmt == "openflamingo":
-        torch.save(state, folder / "checkpoint.pt")
-    else:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text(json.dumps({
-            "model_type": "otter", "cross_attn_every_n_layers": cross_attn_every_n_layers,
-            "vision_config": vision.config.to_dict(), "text_config": language.config.to_dict()}, indent=1))
-        save_file(state, folder / "model.safetensors")
+        torch.save(openflamingo_checkpoint(model), folder / "checkpoint.pt")
+        return WrittenFlamingo(folder, model, tokenizer)
+    folder.mkdir(parents=True, exist_ok=True)
+    text_config = {**language.config.to_dict(), **({"use_cache": False} if lm == "mpt" else {})}
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "otter", "cross_attn_every_n_layers": cross_attn_every_n_layers,
+        "vision_config": vision.config.to_dict(), "text_config": text_config}, indent=1))
+    save_file(otter_state(model), folder / "model.safetensors")
+    if tokenizer_in_folder:
         tokenizer.save_pretrained(folder)
-        processor.save_pretrained(folder)
-    return folder
+    return WrittenFlamingo(folder, model, tokenizer)
 
 
 # -- image-text-to-text models (the ``hf_vlm`` adapter) ----------------------------------------------------

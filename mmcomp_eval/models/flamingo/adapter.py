@@ -5,17 +5,37 @@ callbacks) comes from :class:`~mmcomp_eval.models.vlm.VisionLanguageModel`;
 this file adds what is Flamingo's: the two checkpoint formats, placing the
 new parts beside a dispatched language model, the ``<|endofchunk|>`` prompt
 layout and one batch's encoding. Importing it does not import torch.
+
+Each adapter behaves as its original code does (``docs/flamingo.md``):
+
+* decoding defaults (:class:`~mmcomp_eval.api.model.ModelDefaults`, used
+  where the task and ``--gen-kwargs`` are silent): OpenFlamingo's
+  evaluation decodes with ``num_beams=3, length_penalty=0.0``; Otter's demos
+  with ``num_beams=3, no_repeat_ngram_size=3``;
+* generation ends at ``<|endofchunk|>`` only, never at the language
+  model's own end-of-text token (both pass ``eos_token_id=<|endofchunk|>``);
+* Otter renders a task's ``otter`` prompt variant when it has one
+  (``User: ... GPT:<answer> ...``, ``prompts/compact_otter.jinja``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mmcomp_eval.api.model import ModelDefaults
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding
-from mmcomp_eval.models.flamingo.loading import FORMATS, checkpoint_file, load_openflamingo, load_otter
+from mmcomp_eval.models.flamingo.images import IMAGE_TRANSFORMS
+from mmcomp_eval.models.flamingo.loading import (
+    DEFAULT_IMAGE_TRANSFORM,
+    FORMATS,
+    checkpoint_file,
+    load_openflamingo,
+    load_otter,
+)
 from mmcomp_eval.models.flamingo.prompt import END_OF_CHUNK, chunked
+from mmcomp_eval.models.flamingo.vision import VISION_FEATURES
 from mmcomp_eval.models.loading import context_length
 from mmcomp_eval.models.local import pad_on_the_left
 from mmcomp_eval.models.registry import MODELS
@@ -36,6 +56,8 @@ class FlamingoAdapter(VisionLanguageModel):
 
     name = "open_flamingo"
     default_format = "openflamingo"
+    #: OpenFlamingo's evaluation (``open_flamingo/eval/evaluate.py``): 3 beams, no length normalisation
+    defaults = ModelDefaults(generation={"num_beams": 3, "length_penalty": 0.0})
 
     def __init__(
         self,
@@ -45,7 +67,9 @@ class FlamingoAdapter(VisionLanguageModel):
         vision_encoder: str = "openai/clip-vit-large-patch14",
         cross_attn_every_n_layers: int | None = None,
         checkpoint_format: str | None = None,
-        vision_features: str | None = None,
+        vision_features: str = "patches",
+        image_transform: str | None = None,
+        use_cache: bool | None = None,
         **options: Any,
     ):
         super().__init__(options)
@@ -57,18 +81,27 @@ class FlamingoAdapter(VisionLanguageModel):
         weights = self.options.weights_kwargs()
         target = self.options.target_device()
         files_only = self.options.files_only
+        transform = image_transform or DEFAULT_IMAGE_TRANSFORM[fmt]
+        for arg, value, allowed in (("vision_features", vision_features, VISION_FEATURES),
+                                    ("image_transform", transform, IMAGE_TRANSFORMS)):
+            if value not in allowed:  # checked before anything loads
+                raise UserError(f"model argument {arg}={value!r} is not one of {', '.join(allowed)}")
         if fmt == "openflamingo":
             if not lang_encoder:
                 raise UserError("open_flamingo needs --model-args lang_encoder=<causal LM id or folder>")
+            if use_cache is not None:
+                raise UserError("model argument use_cache applies to Otter checkpoints (what their generated "
+                                "tokens attend to); OpenFlamingo's generated tokens always attend to the last image")
             loaded = load_openflamingo(checkpoint_file(checkpoint, "checkpoint.pt", fmt, files_only), lang_encoder,
                                        tokenizer or lang_encoder, vision_encoder, cross_attn_every_n_layers or 1,
-                                       vision_features or "ln_post_patches", self.options.hub_kwargs(), weights)
+                                       vision_features, transform, self.options.hub_kwargs(), weights)
         else:
             if target is None:
                 raise UserError("otter loads its single folder onto one device: drop device_map/load_in_*bit")
             folder = checkpoint_file(checkpoint, "config.json", fmt, files_only).parent
-            loaded = load_otter(folder, cross_attn_every_n_layers, vision_features or "patches", weights["dtype"])
-        self.model, self.tokenizer, self.image_processor = loaded.model, loaded.tokenizer, loaded.image_processor
+            loaded = load_otter(folder, cross_attn_every_n_layers, vision_features, transform, tokenizer, use_cache,
+                                weights["dtype"], self.options.hub_kwargs())
+        self.model, self.tokenizer, self.image_transform = loaded.model, loaded.tokenizer, loaded.image_transform
         self.load_info = loaded.info
         self.model.eval()
         decoding.ignore_checkpoint_defaults(self.model.lang_encoder)  # Flamingo.generate is the LM's generate
@@ -76,7 +109,7 @@ class FlamingoAdapter(VisionLanguageModel):
         self.device = self.model.lang_encoder.get_input_embeddings().weight.device
         pad_on_the_left(self.tokenizer)  # the loaders gave it a pad token
         self.eoc_id = self.tokenizer.convert_tokens_to_ids(END_OF_CHUNK)
-        self.eos_ids = {i for i in (self.eoc_id, self.tokenizer.eos_token_id) if i is not None}
+        self.eos_ids = {self.eoc_id}  # as both originals' generate: not the language model's own end of text
         self.max_length = self.options.max_length or context_length(self.model.lang_encoder.config)
 
     def _place(self, target: torch.device | None) -> None:
@@ -107,7 +140,7 @@ class FlamingoAdapter(VisionLanguageModel):
             flat = [im for row in images for im in row]
         else:
             counts = [0] * len(prompts)
-        pixels = self.image_processor(images=flat, return_tensors="pt")["pixel_values"] if flat else None
+        pixels = self.image_transform(flat) if flat else None
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "pixel_values": pixels,
                 "counts": counts}
 
@@ -128,6 +161,8 @@ class FlamingoAdapter(VisionLanguageModel):
             "checkpoint": self.checkpoint, "format": self.format,
             "cross_attn_every_n_layers": self.model.cross_attn_every_n_layers,
             "vision_features": self.model.vision_features,
+            "image_transform": self.image_transform.describe(),
+            "generated_tokens_attend": self.model.generated_tokens_attend,
             "language_model": type(self.model.lang_encoder).__name__, "loaded": self.load_info,
         }
 
@@ -138,6 +173,9 @@ class OtterAdapter(FlamingoAdapter):
 
     name = "otter"
     default_format = "otter"
+    #: Otter's demos (``pipeline/demos/interactive/otter_image*.py``): 3 beams, no repeated 3-grams;
+    #: its in-context format ``<image>User: ... GPT:<answer> ...<|endofchunk|>``
+    defaults = ModelDefaults(generation={"num_beams": 3, "no_repeat_ngram_size": 3}, prompt_variant="otter")
 
 
 _OF = "openai/clip-vit-large-patch14"
@@ -158,6 +196,11 @@ MODELS.add_preset("openflamingo-4b-instruct", "open_flamingo", "OpenFlamingo-4B-
 MODELS.add_preset("openflamingo-9b", "open_flamingo", "OpenFlamingo-9B-vitl-mpt7b (the paper's Table 14)",
                   checkpoint="openflamingo/OpenFlamingo-9B-vitl-mpt7b", lang_encoder="anas-awadalla/mpt-7b",
                   cross_attn_every_n_layers=4, vision_encoder=_OF)
-MODELS.add_preset("otter-image-mpt7b", "otter", "Otter-Image-MPT7B", checkpoint="luodian/OTTER-Image-MPT7B")
-MODELS.add_preset("otter-9b-incontext", "otter", "OTTER-9B-LA-InContext (LLaMA-7B)",
+MODELS.add_preset("otter-image-mpt7b", "otter",
+                  "Otter-Image-MPT7B; its text config's use_cache (false in Otter's MPT-7B config: new tokens "
+                  "see the last image)",
+                  checkpoint="luodian/OTTER-Image-MPT7B")
+MODELS.add_preset("otter-9b-incontext", "otter",
+                  "OTTER-9B-LA-InContext (LLaMA-7B); its text config's use_cache (LLaMA's default: on, so as in "
+                  "Otter's code tokens after the first see no image; use_cache=false: the last image)",
                   checkpoint="luodian/OTTER-9B-LA-InContext")

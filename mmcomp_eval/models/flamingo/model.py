@@ -5,7 +5,19 @@ model keeps its own module tree and loads its weights with
 ``from_pretrained`` unchanged (MPT, RedPajama/GPT-NeoX, LLaMA, ...). A hook
 on the language model counts, for every text token, the images before it;
 a hook on every n-th decoder layer runs its cross-attention block first.
-Generated tokens attend to the prompt's last image.
+
+Generation runs with a KV cache, so after the prompt each forward sees one
+new token. What it attends to is the original code's choice
+(``generated_tokens_attend``):
+
+* ``last_image``: OpenFlamingo's ``generate`` caches the prompt's media
+  locations and lets new tokens attend to its last image -- also what
+  Otter computes when it generates without a cache (Otter-MPT7B's config
+  sets ``use_cache: false``), since each step then re-reads the whole sequence;
+* ``no_image``: Otter with a cache (a LLaMA config's default) recomputes the
+  media locations from each forward's own ``input_ids``; a lone new token
+  holds no ``<image>``, so every token after the first attends to no image
+  (its cross-attention output is zero; the gated feed-forward still runs).
 
 Imports torch at the top: the adapter imports this module only when it
 builds a model.
@@ -21,6 +33,8 @@ from mmcomp_eval.models.flamingo.cross_attention import GatedCrossAttentionBlock
 from mmcomp_eval.models.flamingo.resampler import PerceiverResampler
 from mmcomp_eval.models.flamingo.vision import VISION_FEATURES, patch_features
 
+#: what generated tokens attend to after the prompt (see the module docstring)
+GENERATED_TOKENS_ATTEND = ("last_image", "no_image")
 #: where transformers causal LMs keep their decoder layers
 DECODER_LAYER_PATHS = ("model.layers", "transformer.blocks", "gpt_neox.layers", "transformer.h",
                        "model.decoder.layers")
@@ -48,22 +62,27 @@ class Flamingo(nn.Module):
     """A Flamingo around a ``CLIPVisionModel`` and a causal LM (weights of the new parts random until loaded)."""
 
     def __init__(self, vision_encoder, lang_encoder, media_token_id: int, cross_attn_every_n_layers: int,
-                 vision_features: str = "ln_post_patches"):
+                 vision_features: str = "patches", generated_tokens_attend: str = "last_image",
+                 max_num_frames: int | None = None):
         super().__init__()
         if vision_features not in VISION_FEATURES:
             raise UserError(f"vision_features={vision_features!r} is not one of {', '.join(VISION_FEATURES)}")
+        if generated_tokens_attend not in GENERATED_TOKENS_ATTEND:
+            raise UserError(f"generated_tokens_attend={generated_tokens_attend!r} is not one of "
+                            f"{', '.join(GENERATED_TOKENS_ATTEND)}")
         if cross_attn_every_n_layers < 1:
             raise UserError(f"cross_attn_every_n_layers={cross_attn_every_n_layers} must be at least 1")
         self.vision_encoder = vision_encoder
         self.lang_encoder = lang_encoder
         self.media_token_id = media_token_id
         self.vision_features = vision_features
+        self.generated_tokens_attend = generated_tokens_attend
         self.cross_attn_every_n_layers = cross_attn_every_n_layers
         vis_dim = vision_encoder.config.hidden_size
         lang_dim = lang_encoder.get_input_embeddings().embedding_dim
         self.decoder_path = decoder_layers_path(lang_encoder)
         layers = getattr_path(lang_encoder, self.decoder_path)
-        self.perceiver = PerceiverResampler(dim=vis_dim)
+        self.perceiver = PerceiverResampler(dim=vis_dim, max_num_frames=max_num_frames)
         self.gated_cross_attn_layers = nn.ModuleList([
             GatedCrossAttentionBlock(dim=lang_dim, dim_visual=vis_dim)
             if (i + 1) % cross_attn_every_n_layers == 0 else None for i in range(len(layers))])
@@ -114,6 +133,8 @@ class Flamingo(nn.Module):
             locations = input_ids == self.media_token_id
             self._text_time = locations.cumsum(dim=-1)
             self._last_time = locations.sum(dim=-1)
+        elif self.generated_tokens_attend == "no_image":  # Otter with a cache: no <image> in this input
+            self._text_time = torch.zeros_like(input_ids)
         else:  # one generated token with the rest in the KV cache: the prompt's last image
             self._text_time = self._last_time[:, None].expand(input_ids.shape[0], input_ids.shape[1])
         return None
@@ -128,12 +149,23 @@ class Flamingo(nn.Module):
             return args, {**kwargs, "hidden_states": out}
         return cross_attend
 
-    # -- generation ----------------------------------------------------
+    # -- running ---------------------------------------------------------
+
+    def forward(self, pixel_values, counts: list[int], input_ids, attention_mask, **kwargs):
+        """The language model's output on whole sequences (logits of every position), without a cache."""
+        return self._with_images(pixel_values, counts,
+                                 lambda: self.lang_encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                                           use_cache=False, **kwargs))
 
     def generate(self, pixel_values, counts: list[int], input_ids, attention_mask, **kwargs):
+        return self._with_images(pixel_values, counts,
+                                 lambda: self.lang_encoder.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                                                    **kwargs))
+
+    def _with_images(self, pixel_values, counts: list[int], run):
         self._media = self.encode_images(pixel_values, counts)
         self._text_time = None
         try:
-            return self.lang_encoder.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+            return run()
         finally:
             self._media = self._text_time = self._last_time = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER
 
 END_OF_CHUNK = "<|endofchunk|>"
+#: Otter's marker before an answer (``User: ... GPT:<answer> ...``), a special token of its tokenizer
+ANSWER = "<answer>"
 
 
 def chunked(prompt: str) -> str:

@@ -3,7 +3,9 @@
 The language model's cross-attention reads these latents (64 per image in
 OpenFlamingo v2) instead of the patch tokens. Parameter names and shapes
 follow OpenFlamingo's ``perceiver.layers.<i>.<0|1>.*`` so released weights
-load by name.
+load by name. Otter models trained on video frames (``max_num_frames`` in
+their config) add a learned embedding per frame (``frame_embs``); an image
+is frame 0.
 """
 
 from __future__ import annotations
@@ -39,15 +41,19 @@ class PerceiverAttention(nn.Module):
 
 
 class PerceiverResampler(nn.Module):
-    def __init__(self, *, dim, depth=6, dim_head=64, heads=8, num_latents=64, ff_mult=4):
+    def __init__(self, *, dim, depth=6, dim_head=64, heads=8, num_latents=64, ff_mult=4,
+                 max_num_frames: int | None = None):
         super().__init__()
         self.latents = nn.Parameter(torch.randn(num_latents, dim))
+        self.frame_embs = nn.Parameter(torch.randn(max_num_frames, dim)) if max_num_frames else None
         self.layers = nn.ModuleList([nn.ModuleList([PerceiverAttention(dim=dim, dim_head=dim_head, heads=heads),
                                                     feed_forward(dim, ff_mult)]) for _ in range(depth)])
         self.norm = nn.LayerNorm(dim)
 
     def forward(self, x):  # x: (b, T, F, v, D) -> (b, T, num_latents, D)
         b, T, F, v, d = x.shape
+        if self.frame_embs is not None:
+            x = x + self.frame_embs[:F, None, :]
         x = x.reshape(b, T, F * v, d)
         latents = self.latents.expand(b, T, *self.latents.shape)
         for attn, ff in self.layers:
