@@ -11,6 +11,7 @@ from mmcomp_eval.models import idefics  # noqa: F401  (registers "idefics" and i
 from mmcomp_eval.models import flamingo  # noqa: F401  (registers "open_flamingo", "otter" and presets)
 from mmcomp_eval.models import mrh  # noqa: F401  (registers the "mrh" baseline)
 from mmcomp_eval.models import gold  # noqa: F401  (registers "gold", the metrics' sanity check)
+from mmcomp_eval.models import clip, fusion  # noqa: F401  (registers the retrieval models "clip", "fusion" and presets)
 from mmcomp_eval.models.registry import MODELS, ModelRegistry, ModelSpec, create_model
 from mmcomp_eval.plugins import register_models
 
