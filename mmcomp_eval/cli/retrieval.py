@@ -40,7 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--perturb", default=None, help="comma-separated perturbation kinds, or all; default: original only")
     r.add_argument("--seed", type=int, default=0, help="first seed (selects the perturbations' random draws)")
     r.add_argument("--seeds", type=int, default=1, help="number of seeds")
-    r.add_argument("--spacy-model", default=None, help="spaCy pipeline for perturbations (default: en_core_web_sm)")
+    r.add_argument("--spacy-model", default=None, help="spaCy pipeline for perturbations (default: $MMCOMP_SPACY_MODEL, else en_core_web_sm)")
     r.add_argument("--pos-roles", choices=tuple(POS_ROLES), default=DEFAULT_POS_ROLES,
                    help="parts of speech as objects/attributes/actions: paper (ICSVR 4.3) or extended")
     r.add_argument("--videos-dir", type=Path, default=None, help="folder of <video_id>.mp4 (or .avi, .webm, ...)")
