@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mmcomp_eval.retrieval.metrics import DEFAULT_BLOCK_ELEMENTS, score_embeddings, score_similarity  # noqa: E402
+from mmcomp_eval.retrieval.ranking import DEFAULT_BLOCK_ELEMENTS, score_embeddings, score_similarity  # noqa: E402
 
 
 def argsort_baseline(sim: np.ndarray, caption_video: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

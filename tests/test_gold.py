@@ -9,7 +9,8 @@ import pytest
 from mmcomp_eval.tasks.index import TaskIndex
 from user_task import make_user_tasks, run_cli
 
-BUILTIN = sorted(TaskIndex.build().tasks)
+#: gold answers text; the retrieval tasks rank embeddings and are run in tests/test_retrieval_tasks.py
+BUILTIN = sorted(name for name, t in TaskIndex.build().tasks.items() if t.output_type != "retrieval")
 
 
 def test_every_builtin_task_is_covered():

@@ -482,7 +482,8 @@ def test_roberta_tokenizer_gets_the_leading_space_bert_score_expects():
 # ----------------------------------------------------------------- registry
 
 def test_registry_lists_every_metric():
-    assert set(METRICS) == {"bleu", "exact_match", "category_accuracy", "bertscore"}
+    retrieval = {f"{d}_{m}" for d in ("t2v", "v2t") for m in ("r1", "r5", "r10", "mdr", "mnr", "sumr")}
+    assert set(METRICS) == {"bleu", "exact_match", "category_accuracy", "bertscore"} | retrieval
     assert metric_options("bleu") == ["max_n", "tokenize", "lowercase"]
     assert metric_options("bertscore") == [
         "model", "num_layers", "batch_size", "idf", "rescale_with_baseline"]

@@ -65,7 +65,7 @@ def rank_task(folder, source="colours"):
 
 
 def test_the_builtin_output_types_are_registered():
-    assert list(OUTPUT_TYPES) == ["generate", "rank_choices"]
+    assert list(OUTPUT_TYPES) == ["generate", "rank_choices", "retrieval"]
     assert {"ek100_verb_classes", "ek100_noun_classes"} <= set(CHOICE_SOURCES.names())
 
 

@@ -65,11 +65,11 @@ def test_num_processes_2_matches_1_and_resumes_in_1(setup, capsys):
     assert two["command"][0].endswith("__main__.py") and two["command"][1:] == argv
     assert two["processes"] == {"count": 2, "launcher": "mmcomp-eval"}
     assert setup.one["processes"] == {"count": 1, "launcher": None}
-    # every request was looked up once, by the process whose share it was: process 0 every other document of
-    # both seeds (10), process 1 the rest (8); the counts are those of one process, summed
+    # every request was looked up once, by the process whose share it was: every other distinct request, counted
+    # over both seeds' 18 (9 each); the counts are those of one process, summed
     assert (two["cache"]["hits"], two["cache"]["misses"]) == (0, 18) == (setup.one["cache"]["hits"],
                                                                          setup.one["cache"]["misses"])
-    assert two["cache"]["processes"] == [{"rank": 0, "hits": 0, "misses": 10}, {"rank": 1, "hits": 0, "misses": 8}]
+    assert two["cache"]["processes"] == [{"rank": 0, "hits": 0, "misses": 9}, {"rank": 1, "hits": 0, "misses": 9}]
     assert not list((d / "store2" / "shards").iterdir())  # the helpers' reports are read and removed
 
     # the store written by 2 processes resumes in 1: nothing is asked again
@@ -88,7 +88,7 @@ def test_accelerate_launch_matches_1(setup):
     assert proc.returncode == 0, proc.stderr[-2000:]
     accel = json.loads((d / "accel" / "results.json").read_text())
     assert accel["tasks"] == setup.one["tasks"] and (d / "accel" / "samples.jsonl").read_bytes() == setup.samples
-    assert accel["cache"]["processes"] == [{"rank": 0, "hits": 0, "misses": 10}, {"rank": 1, "hits": 0, "misses": 8}]
+    assert accel["cache"]["processes"] == [{"rank": 0, "hits": 0, "misses": 9}, {"rank": 1, "hits": 0, "misses": 9}]
     assert accel["processes"] == {"count": 2, "launcher": "torchrun"}
     # the launcher's command line (the parent of every worker), not a worker's argv
     assert accel["command"][1:3] == ["-m", "accelerate.commands.launch"] and accel["command"][-4:] == [
@@ -106,5 +106,5 @@ def test_evaluate_with_num_processes_returns_process_0s_record(setup):
                        cache_dir=d / "store4", output_path=d / "api")
     written = json.loads((d / "api" / "results.json").read_text())
     assert results["tasks"] == written["tasks"] == setup.one["tasks"]
-    assert [(p["hits"], p["misses"]) for p in results["cache"]["processes"]] == [(0, 10), (0, 8)]
+    assert [(p["hits"], p["misses"]) for p in results["cache"]["processes"]] == [(0, 9), (0, 9)]
     assert results["command"] == sys.argv and results["processes"]["count"] == 2

@@ -419,21 +419,44 @@ def test_cli_pos_roles_and_dataset_vocabulary_in_summary(tmp_path, spacy_name, c
 
 
 def test_retrieval_limit_does_not_change_replacements(tmp_path, spacy_name):
+    """A retrieval task under --limit keeps the first videos; their perturbed captions are the full task's."""
+    import numpy as np
+
+    from mmcomp_eval.config.task_config import load_task_file
     from mmcomp_eval.data.captions import load_caption_dataset
-    from mmcomp_eval.retrieval.runner import caption_sets, limit_dataset
+    from mmcomp_eval.tasks.loaders import DataContext
+    from mmcomp_eval.tasks.outputs.retrieval import Retrieval
 
     data = write_msrvtt(tmp_path / "msrvtt", VOCAB_CORPUS)
-    ds = load_caption_dataset("msrvtt", "test", data)
-    full, info = caption_sets(ds, ["objrep", "actrep"], seed=2, spacy_model=spacy_name, data_dir=data)
-    limited, _ = caption_sets(limit_dataset(ds, 2), ["objrep", "actrep"], seed=2, spacy_model=spacy_name,
-                              data_dir=data)
-    for a, b in zip(full[1:], limited[1:]):
-        assert a.name == b.name and b.captions == a.captions[:2]
-    assert info["pos_roles"] == "paper" and info["vocabulary"]["n_texts"] == len(VOCAB_CORPUS)
+    (tmp_path / "feats").mkdir()
+    for i in range(len(VOCAB_CORPUS)):
+        np.save(tmp_path / "feats" / f"video{i}.npy", np.ones(4, dtype=np.float32))
+    path = tmp_path / "ret.yaml"
+    path.write_text(textwrap.dedent(f"""
+        task: ret_objrep
+        output_type: retrieval
+        dataset: {{name: msrvtt, options: {{data_dir: msrvtt}}}}
+        target_field: video_id
+        metrics: [t2v_r1]
+        retrieval: {{features_dir: feats}}
+        perturbation: {{kind: objrep, field: caption, spacy_model: {spacy_name}}}
+        """))
+    task = load_task_file(path)
+
+    def captions(limit):
+        output = Retrieval(task, DataContext())
+        docs = output.documents("test", limit)
+        return [p.text for p in output.inputs(docs, 2)][:len(output.caption_ids)], output
+
+    full, output = captions(None)
+    limited, _ = captions(2)
+    assert len(full) == len(VOCAB_CORPUS) and limited == full[:2] and full != list(VOCAB_CORPUS)
+    settings = output.perturbations[2]["settings"]
+    assert settings["pos_roles"] == "paper" and settings["vocabulary"]["n_texts"] == len(VOCAB_CORPUS)
     # what drawing from the limited captions themselves would give instead
-    own = perturb_captions(VOCAB_CORPUS[:2], ["objrep", "actrep"], seed=2, keys=ds.caption_ids[:2],
-                           spacy_model=spacy_name)
-    assert own["objrep"].captions != full[1].captions[:2]
+    ids = load_caption_dataset("msrvtt", "test", data).caption_ids[:2]
+    own = perturb_captions(VOCAB_CORPUS[:2], ["objrep"], seed=2, keys=ids, spacy_model=spacy_name)
+    assert list(own["objrep"].captions) != limited
 
 
 def test_task_on_a_caption_dataset_draws_from_the_whole_dataset(tmp_path, spacy_name):

@@ -1,5 +1,8 @@
 """A real plugin package, built and pip-installed, used through the CLI: model, metric, output type and tasks.
 
+The plugin also registers a retrieval model (``embed``) through the same
+``mmcomp_eval.models`` entry point and ships a retrieval task of its own.
+
 The package is installed with ``pip install --target`` into a folder that
 only this test's subprocesses see (``PYTHONPATH``), not into the shared
 virtualenv: other test sessions running at the same time never see it, and
@@ -29,6 +32,7 @@ version = "0.0.1"
 
 [project.entry-points."mmcomp_eval.models"]
 last-word = "mmcomp_tiny_plugin.model:LastWord"
+letters = "mmcomp_tiny_plugin.letters:Letters"
 
 [project.entry-points."mmcomp_eval.metrics"]
 first_letter = "mmcomp_tiny_plugin.metric:FirstLetter"
@@ -43,7 +47,7 @@ tiny = "mmcomp_tiny_plugin:TASKS_DIR"
 packages = ["mmcomp_tiny_plugin"]
 
 [tool.setuptools.package-data]
-mmcomp_tiny_plugin = ["tasks/*"]
+mmcomp_tiny_plugin = ["tasks/*", "tasks/feats/*"]
 """
 MODEL = '''
 from mmcomp_eval.api.model import Model
@@ -80,6 +84,45 @@ class FirstLetter(Metric):
         per = tuple(100.0 if p[:1] == r[:1] else 0.0 for p, r in zip(predictions, references))
         return MetricResult(self.name, sum(per) / len(per), per)
 '''
+LETTERS = '''
+import numpy as np
+
+from mmcomp_eval.api.model import Model, ModelCapabilities
+
+
+class Letters(Model):
+    """A retrieval model: a caption is its letter counts, a video its precomputed 26 numbers; both normalised."""
+
+    name = "letters"
+    capabilities = ModelCapabilities(generate=False, embeddings=True)
+
+    def generate(self, requests, progress=None):
+        raise NotImplementedError("letters only embeds")
+
+    def embed(self, requests, progress=None):
+        out = []
+        for r in requests:
+            if r.text is not None:
+                v = np.zeros(26, dtype=np.float32)
+                for c in r.text.lower():
+                    if "a" <= c <= "z":
+                        v[ord(c) - 97] += 1
+            else:
+                v = np.load(r.video.features.path).astype(np.float32)
+            out.append(v / np.linalg.norm(v))
+        return out
+
+    def fingerprint(self):
+        return {"name": self.name}
+'''
+RETRIEVAL_TASK = """
+task: plugin_retrieval
+output_type: retrieval
+dataset: {name: jsonl, options: {files: {test: captions.jsonl}}}
+target_field: video
+metrics: [t2v_r1, t2v_mnr, v2t_r1, v2t_mnr]
+retrieval: {text_field: text, features_dir: feats}
+"""
 OUTPUT = '''
 from mmcomp_eval.tasks.outputs.generate import Generate
 
@@ -120,6 +163,16 @@ def plugin_site(tmp_path_factory) -> Path:
     (pkg / "tasks" / "plugin_shout.yaml").write_text(
         TASK.replace("task: plugin_echo", "task: plugin_shout\noutput_type: shout"))
     (pkg / "tasks" / "plugin_echo.jinja").write_text(TEMPLATE)
+    (pkg / "letters.py").write_text(textwrap.dedent(LETTERS))
+    (pkg / "tasks" / "plugin_retrieval.yaml").write_text(RETRIEVAL_TASK)
+    (pkg / "tasks" / "feats").mkdir()
+    # video v3 shows an onion too: caption "onion" ties with it, caption "egg" finds nothing of its own
+    for i, w in enumerate(["knife", "plate", "onion", "onion"]):
+        counts = [float(w.count(chr(97 + j))) for j in range(26)]
+        (pkg / "tasks" / "feats" / f"v{i}.npy").write_bytes(_npy(counts))
+    (pkg / "tasks" / "captions.jsonl").write_text("".join(
+        json.dumps({"id": f"c{i}", "video": f"v{i}", "text": w}) + "\n"
+        for i, w in enumerate(["knife", "plate", "onion", "egg"])))
     words = ["knife", "plate", "onion", "egg"]  # "egg" reversed after its first letter stays "egg"
     (pkg / "tasks" / "docs.jsonl").write_text(
         "".join(json.dumps({"id": f"w{i}", "word": w, "answer": w}) + "\n" for i, w in enumerate(words)))
@@ -129,6 +182,16 @@ def plugin_site(tmp_path_factory) -> Path:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list(site.glob("mmcomp_tiny_plugin-0.0.1.dist-info/entry_points.txt"))
     return site
+
+
+def _npy(values: list[float]) -> bytes:
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.array(values, dtype=np.float32))
+    return buf.getvalue()
 
 
 def _cli(site: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -158,3 +221,20 @@ def test_plugin_model_metric_and_tasks_through_the_cli(plugin_site, tmp_path):
     gone = subprocess.run([sys.executable, "-m", "mmcomp_eval", "--model", "last-word", "--tasks", "plugin_echo"],
                           capture_output=True, text=True, timeout=120)
     assert gone.returncode == 2 and "unknown" in gone.stderr and len(gone.stderr.strip().splitlines()) == 1
+
+
+def test_plugin_retrieval_model_and_task(plugin_site, tmp_path):
+    run = _cli(plugin_site, "--model", "letters", "--tasks", "plugin_retrieval", "--no-progress",
+               "--cache-dir", str(tmp_path / "store"), "--output-path", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stderr
+    task = json.loads((tmp_path / "out" / "results.json").read_text())["tasks"]["plugin_retrieval"]
+    ranks = {r["doc_id"]: int(r["prediction"]) for r in
+             map(json.loads, (tmp_path / "out" / "samples.jsonl").read_text().splitlines())}
+    # t2v: knife, plate 1; onion ties with v3 (rank 2, pessimistic); egg scores 0.2 on v0, v1 and 0 on v3: rank 4.
+    # v2t: v3 (onion features) ranks onion 1.0, knife 0.45, then plate and egg at 0: its caption egg is 4th
+    assert ranks == {"t2v:c0": 1, "t2v:c1": 1, "t2v:c2": 2, "t2v:c3": 4, "v2t:v0": 1, "v2t:v1": 1, "v2t:v2": 1,
+                     "v2t:v3": 4}
+    m = task["metrics"]
+    assert (m["t2v_r1"]["mean"], m["t2v_mnr"]["mean"], m["v2t_r1"]["mean"], m["v2t_mnr"]["mean"]) == \
+        (50.0, 2.0, 75.0, 1.75)
+    assert task["retrieval"]["similarity"] == "dot product of the caption and video embeddings"

@@ -12,7 +12,7 @@ import pytest
 
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.retrieval.fusion import Modality, fusion_vectors
-from mmcomp_eval.retrieval.metrics import score_embeddings
+from mmcomp_eval.retrieval.ranking import score_embeddings
 
 
 def unit(x: np.ndarray) -> np.ndarray:

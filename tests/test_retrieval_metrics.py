@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.retrieval.metrics import (
+from mmcomp_eval.retrieval.ranking import (
     V2T_CONVENTIONS,
     mean_r1,
     score_embeddings,

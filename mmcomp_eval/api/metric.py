@@ -20,7 +20,9 @@ class MetricResult:
 
     name: str
     value: float  # the corpus-level score
-    per_sample: tuple[float, ...]  # one score per prediction, same scale
+    #: one score per prediction, same scale; NaN for a document the metric does not score (a retrieval
+    #: metric of one direction does not score the other direction's queries)
+    per_sample: tuple[float, ...]
 
 
 class Metric(ABC):
@@ -30,6 +32,11 @@ class Metric(ABC):
     #: resamples per-sample scores; corpus statistics (BLEU) set False and are
     #: recomputed on every resample (fast through ``corpus_stats``/``from_stats``)
     decomposable: bool = True
+    #: how the corpus value follows from the per-sample scores when ``decomposable``: their ``mean``, or
+    #: their ``median`` (median rank)
+    aggregation: str = "mean"
+    #: the output types whose predictions this metric reads; None: any whose predictions are answer text
+    output_types: tuple[str, ...] | None = None
     #: names of run-level resources this metric reads (``MetricResources.get``), registered in
     #: ``mmcomp_eval.metrics.registry.METRIC_RESOURCES``: each is built once per run, before the model
     #: under evaluation loads, and only when a metric of the run declares it

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mmcomp_eval.api.document import Document
-from mmcomp_eval.api.request import GenerationRequest, LoglikelihoodRequest
+from mmcomp_eval.api.request import EmbeddingRequest, GenerationRequest, LoglikelihoodRequest
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from mmcomp_eval.config.task_config import TaskConfig
 
 ProgressCallback = Callable[[int], None]  # called with the number of requests just finished
@@ -45,9 +47,10 @@ class ModelCapabilities:
     #: answers from the document instead of a rendered prompt (baselines, ``gold``): no prompt is
     #: rendered and no media loaded for it, and it answers every seed the same
     reads_documents: bool = False
-    #: embeds captions and videos (retrieval models)
+    #: answers :class:`EmbeddingRequest` (``embed``): captions and videos into one space, needed by
+    #: ``retrieval`` tasks
     embeddings: bool = False
-    #: ``generate``/``loglikelihood`` take ``on_result`` and report each answer as it is finished, so
+    #: ``generate``/``loglikelihood``/``embed`` take ``on_result`` and report each answer as it is finished, so
     #: the response store can commit it at once; without it answers are stored batch by batch
     reports_each_result: bool = False
 
@@ -110,6 +113,24 @@ class Model(ABC):
     ) -> list[list[float]]:
         """Summed log-probability of each continuation given the context."""
         raise NotImplementedError(f"model '{self.name}' cannot score log-likelihoods")
+
+    def embed(self, requests: Sequence[EmbeddingRequest], progress: ProgressCallback | None = None) -> list[np.ndarray]:
+        """One float32 vector per request, in request order, captions and videos in one joint space."""
+        raise NotImplementedError(f"model '{self.name}' does not embed captions or videos")
+
+    def score_vectors(self, captions: np.ndarray, videos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectors whose dot product is the caption-video score a retrieval task ranks by.
+
+        ``captions`` and ``videos`` are the stacked :meth:`embed` answers of a
+        task's captions and of its whole gallery. The embeddings themselves
+        here; a model whose scores depend on the gallery (``fusion``
+        normalises each modality over it) maps them once more.
+        """
+        return captions, videos
+
+    def similarity(self) -> str:
+        """How a caption-video score is computed, in words (results.json records it)."""
+        return "dot product of the caption and video embeddings"
 
     def predict_from_documents(self, docs: Sequence[Document], task: TaskConfig) -> list[str]:
         """One answer per document, for adapters that read documents (``capabilities.reads_documents``).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field, replace
 
 
@@ -141,3 +142,65 @@ class LoglikelihoodRequest:
     context: str
     continuations: tuple[str, ...]
     messages: tuple[ChatMessage, ...] | None = None
+
+
+@dataclass(frozen=True)
+class MediaFile:
+    """A file a request reads, with what cheaply identifies its content.
+
+    The response store keys a request by its content, so the size and
+    modification time are part of it: a replaced file is a new request and
+    never gets the old file's answer (a content hash would read every video).
+    """
+
+    path: str
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: str | os.PathLike) -> MediaFile:
+        resolved = os.path.realpath(path)
+        st = os.stat(resolved)
+        return cls(resolved, st.st_size, st.st_mtime_ns)
+
+
+@dataclass(frozen=True)
+class VideoInputs:
+    """Everything one gallery video offers a retrieval model, and how its frames are sampled.
+
+    A model uses what it reads: CLIP the precomputed ``features`` when
+    given, else frames of ``video``; the ``fusion`` baseline also the
+    ``transcript`` and the audio (``audio``, else the video file's own track).
+    """
+
+    video_id: str
+    video: MediaFile | None = None
+    #: ``<video_id>.npy``/``.npz``: one vector or one per frame, already in the model's joint space
+    features: MediaFile | None = None
+    audio: MediaFile | None = None
+    transcript: str | None = None
+    #: frames per video (CLIP4Clip ``max_frames``)
+    n_frames: int = 12
+    #: ``clip4clip`` (1 per second, then evenly spaced) or ``uniform`` (segment centres); see media/video.py
+    frame_sampling: str = "clip4clip"
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    """Embed one caption (``text``) or one gallery video (``video``) into the model's joint space.
+
+    Exactly one of the two is set. ``max_text_tokens`` cuts a caption to
+    that many tokens, start and end tokens included (CLIP4Clip's
+    ``max_words``); None: the model's whole context. Like every request it is
+    keyed in the response store by its content, so a caption is embedded once
+    per text and settings, and a video once per file and frame settings.
+    """
+
+    request_id: str
+    text: str | None = None
+    max_text_tokens: int | None = None
+    video: VideoInputs | None = None
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.video is None):
+            raise ValueError(f"EmbeddingRequest {self.request_id}: set exactly one of text and video")

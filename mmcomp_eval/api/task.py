@@ -1,6 +1,6 @@
 """The contract of a task's output type: what it asks a model and how it reads the answers.
 
-A task file names its ``output_type`` (``generate``, ``rank_choices``);
+A task file names its ``output_type`` (``generate``, ``rank_choices``, ``retrieval``);
 each is an :class:`OutputType` subclass registered by that name in
 ``mmcomp_eval.tasks.outputs.OUTPUT_TYPES`` (plugins add their own through the
 ``mmcomp_eval.output_types`` entry point). The evaluator only ever talks to
@@ -9,6 +9,13 @@ the evaluator: the subclass checks its task-file settings, says which model
 capabilities it needs, loads what it answers over (a list of choices), builds
 one :class:`ModelCall` per seed and turns the model's answers into the
 predictions metrics score.
+
+Most types ask about a rendered prompt (a template and few-shot examples,
+``prompted = True``). A type that asks about the documents themselves
+(``retrieval`` embeds captions and videos) sets ``prompted = False``: it
+loads its own documents (:meth:`OutputType.documents`) and says, per seed,
+what text each document stands for (:meth:`OutputType.inputs`), and no
+template or shot is involved.
 
 An output type is built per task when the task is prepared, before any
 model loads, so whatever it reads (class tables, a gallery) fails early.
@@ -22,13 +29,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from mmcomp_eval.api.model import ModelCapabilities
+    from mmcomp_eval.api.document import Document
+    from mmcomp_eval.api.model import Model, ModelCapabilities
     from mmcomp_eval.config.task_config import TaskConfig
     from mmcomp_eval.evaluation.prepare import PreparedTask
     from mmcomp_eval.tasks.loaders import DataContext
+    from mmcomp_eval.tasks.prompting import RenderedPrompt
 
 #: the model methods a :class:`ModelCall` may name; also the response store's request kinds
-MODEL_METHODS = ("generate", "loglikelihood")
+MODEL_METHODS = ("generate", "loglikelihood", "embed")
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,9 @@ class OutputType(ABC):
     """One kind of task answer; subclasses are registered by ``name``."""
 
     name: ClassVar[str] = "output"
+    #: requests are built from rendered prompts (a template, few-shot examples); False: from the documents
+    #: themselves, through :meth:`documents` and :meth:`inputs`
+    prompted: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, task: TaskConfig, where: str) -> None:
@@ -78,9 +90,32 @@ class OutputType(ABC):
     def requests(self, prepared: PreparedTask, seed: int) -> ModelCall:
         """The requests of one seed, one per document of ``prepared``, in document order."""
 
-    @abstractmethod
     def parse(self, answers: Sequence[Any]) -> list[str]:
-        """The predictions metrics score, one per answer of the model's ``method``."""
+        """The predictions metrics score, one per answer of the model's ``method`` (used by :meth:`read`)."""
+        raise NotImplementedError(f"output type {self.name} reads answers in read()")
+
+    def read(self, answers: Sequence[Any], model: Model) -> tuple[list, list[str]]:
+        """(what samples.jsonl shows as each document's raw output, the predictions metrics score), per document.
+
+        One answer per document by default, parsed by :meth:`parse`. A type
+        whose requests are not one per document (retrieval asks for every
+        caption and every gallery video) overrides this; ``model`` is the
+        model that answered, for what only it knows (how its embeddings
+        become scores).
+        """
+        return list(answers), self.parse(answers)
+
+    def documents(self, split: str, limit: int | None) -> list[Document]:
+        """The documents of ``split`` this task is scored on (``prompted = False`` only); ``limit``: ``--limit``."""
+        raise NotImplementedError(f"output type {self.name} renders prompts; its documents come from the task loader")
+
+    def inputs(self, docs: list[Document], seed: int) -> list[RenderedPrompt]:
+        """What each document stands for in the requests of ``seed`` (``prompted = False`` only).
+
+        Recorded like rendered prompts (``prompts_sha256``, the samples'
+        ``prompt``), so that ``compare`` refuses runs that asked different things.
+        """
+        raise NotImplementedError(f"output type {self.name} renders prompts")
 
     def record(self, prepared: PreparedTask) -> dict[str, Any]:
         """What ``results.json`` records about how answers were obtained (keys of the task record)."""

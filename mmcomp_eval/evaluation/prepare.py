@@ -140,10 +140,14 @@ def prepare(task: TaskConfig, model: Model | ModelPlan, opts: RunOptions, index:
     """Documents, shots, prompts, media and answer space of ``task`` for ``model``; asks the model nothing."""
     task = with_generation_overrides(task, opts.gen_kwargs)
     task, applied = with_model_generation_defaults(task, model.defaults.generation, opts.gen_kwargs)
-    variant = model.defaults.prompt_variant if model.defaults.prompt_variant in task.prompt.variants else None
+    variants = task.prompt.variants if task.prompt is not None else {}  # retrieval tasks render no prompt
+    variant = model.defaults.prompt_variant if model.defaults.prompt_variant in variants else None
     task = task.with_prompt_variant(variant)
     model_defaults = {"generation": applied, "prompt_variant": variant}
     split = opts.split or task.eval_split
+    output_type = OUTPUT_TYPES.get(task.output_type)
+    if not output_type.prompted:
+        return _prepare_unprompted(task, split, output_type, model, opts)
     docs = load_documents(task, split, opts.data)
     if opts.limit is not None:
         docs = docs[: opts.limit]
@@ -153,11 +157,7 @@ def prepare(task: TaskConfig, model: Model | ModelPlan, opts: RunOptions, index:
     caps = model.capabilities
     if caps.reads_documents:
         return PreparedTask(task, split, docs, 0, None, {}, {s: [[] for _ in docs] for s in opts.seeds})
-    output_type = OUTPUT_TYPES.get(task.output_type)
-    problem = output_type.model_problem(caps)
-    if problem:
-        raise UserError(f"task {task.task} has output_type '{task.output_type}' but model '{model.name}' {problem}; "
-                        "pick a model that can, or a task of another output type")
+    _check_model(task, output_type, model)
     template = PromptTemplate(find_template(task, index.search_dirs), max_chars=task.prompt.max_chars)
     sampler_name = opts.sampler or task.fewshot.sampler
     sampler = build_sampler(sampler_name, sampler_options(sampler_name, task.fewshot.sampler, task.fewshot.options))
@@ -185,6 +185,29 @@ def prepare(task: TaskConfig, model: Model | ModelPlan, opts: RunOptions, index:
         TaskMedia.resolver(task)  # the media section and its folders; decoding waits for load_media
     return PreparedTask(task, split, docs, k, template, prompts, shot_ids, output_type(task, opts.data),
                         shot_exclusion=exclusion, pool=pool, needs_media=needs_media, model_defaults=model_defaults)
+
+
+def _check_model(task: TaskConfig, output_type: type[OutputType], model: Model | ModelPlan) -> None:
+    problem = output_type.model_problem(model.capabilities)
+    if problem:
+        raise UserError(f"task {task.task} has output_type '{task.output_type}' but model '{model.name}' {problem}; "
+                        "pick a model that can, or a task of another output type")
+
+
+def _prepare_unprompted(task: TaskConfig, split: str, output_type: type[OutputType], model: Model | ModelPlan,
+                        opts: RunOptions) -> PreparedTask:
+    """A task whose output type asks about the documents themselves: it loads them and says what each stands for.
+
+    No template, shots or keyframes; ``--shots`` and ``--sampler`` do not
+    apply. Even a model that reads documents must be able to answer it.
+    """
+    _check_model(task, output_type, model)
+    output = output_type(task, opts.data)
+    docs = output.documents(split, opts.limit)
+    if not docs:
+        raise UserError(f"task {task.task}: split '{split}' has no documents")
+    return PreparedTask(task, split, docs, 0, None, {s: output.inputs(docs, s) for s in opts.seeds},
+                        {s: [[] for _ in docs] for s in opts.seeds}, output)
 
 
 def load_media(prepared: PreparedTask, progress: bool) -> None:

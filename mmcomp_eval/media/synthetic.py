@@ -98,3 +98,43 @@ def corpus() -> list[str]:
     """Text to train a throwaway tokenizer on: every narration the synthetic documents can hold."""
     return [f"{v} {n}" for v in VERBS for n in NOUNS] + [
         "Predict the next narration given 3 sequential previous narrations from a cooking video", " . ", " => "]
+
+
+def write_clip(path: Path, colour: tuple[int, int, int], n_frames: int = 12, fps: int = 8, size: int = 48,
+               tone_hz: float | None = None) -> Path:
+    """A video file of one ``colour`` with a moving white bar (and a 1.5 s sine tone when ``tone_hz``), via PyAV.
+
+    For retrieval tests: a gallery video whose frames differ in detail, and
+    whose audio track (or its absence) the ``fusion`` model reads.
+    """
+    import av
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        audio = None
+        if tone_hz is not None:
+            audio = container.add_stream("aac", rate=16000)
+            audio.layout = "mono"
+        for i in range(n_frames):
+            img = np.zeros((size, size, 3), np.uint8)
+            img[:] = colour
+            img[:, (4 * i) % size:(4 * i) % size + 4] = 255
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+        if audio is not None:
+            wave = (0.3 * np.sin(np.arange(24000) * 2 * np.pi * tone_hz / 16000)).astype(np.float32)
+            for k in range(0, len(wave), 1024):
+                frame = av.AudioFrame.from_ndarray(wave[None, k:k + 1024], format="fltp", layout="mono")
+                frame.sample_rate, frame.pts = 16000, k
+                for packet in audio.encode(frame):
+                    container.mux(packet)
+            for packet in audio.encode():
+                container.mux(packet)
+    return path

@@ -1,4 +1,4 @@
-"""Metrics: BLEU, exact match, category accuracy, BERTScore.
+"""Metrics: BLEU, exact match, category accuracy, BERTScore, and the retrieval metrics (R@k, MdR, MnR, SumR).
 
 Importing this package registers every metric in :data:`METRICS`; tasks ask
 for them by name through :func:`build_metric`, which is where option names
@@ -14,7 +14,7 @@ from typing import Any
 
 from mmcomp_eval.api.metric import Metric
 from mmcomp_eval.errors import UserError, did_you_mean
-from mmcomp_eval.metrics import bertscore, bleu, category_accuracy, exact_match  # noqa: F401  (register)
+from mmcomp_eval.metrics import bertscore, bleu, category_accuracy, exact_match, retrieval  # noqa: F401  (register)
 from mmcomp_eval.metrics.registry import METRIC_RESOURCES, METRICS, MetricResource, MetricResources
 from mmcomp_eval.plugins import register_metrics
 

@@ -14,6 +14,7 @@ from mmcomp_eval.models import mrh  # noqa: F401  (registers the "mrh" baseline)
 from mmcomp_eval.models import gold  # noqa: F401  (registers "gold", the metrics' sanity check)
 from mmcomp_eval.models import openai_api  # noqa: F401  (registers "openai-chat", "openai-completions")
 from mmcomp_eval.models import vllm_backend  # noqa: F401  (registers "vllm", "vllm-vlm"; vLLM itself loads lazily)
+from mmcomp_eval.models import clip, fusion  # noqa: F401  (registers the retrieval models "clip", "fusion" and presets)
 from mmcomp_eval.models.registry import MODELS, ModelRegistry, ModelSpec, create_model
 from mmcomp_eval.plugins import register_models
 

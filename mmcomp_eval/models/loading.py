@@ -49,8 +49,12 @@ def resolve_pretrained(pretrained: str) -> str:
     return pretrained  # a Hub id such as org/name
 
 
-def guarded_load(what: str, load: Callable[[], T]) -> T:
-    """Run a loading step; turn 'weights not available' into one actionable line naming ``what``."""
+def guarded_load(what: str, load: Callable[[], T], arg: str = "pretrained") -> T:
+    """Run a loading step; turn 'weights not available' into one actionable line naming ``what``.
+
+    ``arg``: the model argument that names the checkpoint (``clap`` for the
+    fusion model's audio tower), so the hint says which one to change.
+    """
     from huggingface_hub.errors import EntryNotFoundError
 
     try:
@@ -60,7 +64,7 @@ def guarded_load(what: str, load: Callable[[], T]) -> T:
         reason = reason[:200] + ("..." if len(reason) > 200 else "")
         raise UserError(
             f"cannot load checkpoint '{what}': {reason} -- give a local copy with "
-            f"--model-args pretrained=/local/path, or fetch it where there is network with "
+            f"--model-args {arg}=/local/path, or fetch it where there is network with "
             f"`huggingface-cli login` and `huggingface-cli download {what}` (or `hf download`)"
         ) from exc
 

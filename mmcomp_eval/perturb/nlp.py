@@ -36,7 +36,7 @@ def load_spacy(name: str = DEFAULT_SPACY_MODEL):
     except OSError:
         raise UserError(f"spaCy pipeline '{name}' is not installed: python -m spacy download {name} "
                         f"(or pip install the pipeline package), or choose another with --spacy-model "
-                        f"/ perturbation.spacy_model") from None
+                        f"/ perturbation.spacy_model / $MMCOMP_SPACY_MODEL") from None
     if not (nlp.has_pipe("tagger") or nlp.has_pipe("morphologizer")):
         raise UserError(f"spaCy pipeline '{name}' has no tagger or morphologizer, so it gives no part-of-speech "
                         f"tags; use an English pipeline such as en_core_web_sm")

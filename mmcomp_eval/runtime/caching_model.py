@@ -26,8 +26,11 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mmcomp_eval.errors import UserError
+
 from mmcomp_eval.api.model import Model, ProgressCallback
-from mmcomp_eval.api.request import GenerationRequest, LoglikelihoodRequest
+from mmcomp_eval.api.request import EmbeddingRequest, GenerationRequest, LoglikelihoodRequest
+from mmcomp_eval.runtime import vectors
 from mmcomp_eval.runtime.response_store import ResponseStore, model_key, request_key
 
 #: model arguments that never change an answer: left out of the key of
@@ -83,6 +86,25 @@ class CachingModel(Model):
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest],
                       progress: ProgressCallback | None = None) -> list[list[float]]:
         return self._answer("loglikelihood", requests, progress, self.inner.loglikelihood)
+
+    def embed(self, requests: Sequence[EmbeddingRequest], progress: ProgressCallback | None = None) -> list:
+        """Embeddings, stored as :mod:`~mmcomp_eval.runtime.vectors` text and handed back as float32 arrays."""
+        def encoded(send, progress=None, on_result=None):
+            report = {} if on_result is None else {"on_result": lambda i, v: on_result(i, vectors.encode(v))}
+            return [vectors.encode(v) for v in self.inner.embed(send, progress=progress, **report)]
+
+        answers = self._answer("embed", requests, progress, encoded)
+        try:
+            return [vectors.decode(a) for a in answers]
+        except ValueError as exc:
+            raise UserError(f"response store {self.store.path}: an embedding of model {self.model_key[:12]}... is "
+                            f"damaged ({exc}); move the store away or pick another --cache-dir") from None
+
+    def score_vectors(self, captions, videos):
+        return self.inner.score_vectors(captions, videos)
+
+    def similarity(self) -> str:
+        return self.inner.similarity()
 
     def predict_from_documents(self, docs, task):
         return self.inner.predict_from_documents(docs, task)

@@ -4,7 +4,7 @@
 and ``mmcomp-eval --num-processes N ...`` all start N copies of the same
 command with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set. Every copy prepares
 the same tasks and prompts (cheap and deterministic), answers its share of
-the documents (every N-th, so long and short prompts spread evenly) into the
+the requests (every N-th distinct one, so long and short prompts spread evenly) into the
 shared response store, and exits; process 0 then waits until the store holds
 every answer and runs the ordinary single-process evaluation, which finds
 everything in the store. Results are gathered in document order by
@@ -93,7 +93,15 @@ def answer_shard(model, work: Sequence, info: ProcessInfo, poll_s: float = 0.5) 
 
     ``model`` is a :class:`~mmcomp_eval.runtime.caching_model.CachingModel`;
     ``work`` holds :class:`~mmcomp_eval.api.task.ModelCall` objects, whose
-    per-request ``extra`` (``images``) is sliced like the requests. Returns,
+    per-request ``extra`` (``images``) is sliced like the requests.
+
+    The share is cut by request *key*, not by row: every N-th distinct key,
+    in order of first appearance over all calls, belongs to one process,
+    which also takes that key's repeats. Cutting by row would send a repeated
+    request (the same caption in two tasks, the same gallery video in every
+    perturbed task of a dataset, identical captions of one dataset) to two
+    processes that both miss the store and both encode it; cut by key, the
+    processes' hits and misses add up to a single process's. Returns,
     in process 0, every process's counts for its share (a helper missing
     after :data:`REPORT_WAIT_S` is left out); None in helpers.
     """
@@ -103,12 +111,16 @@ def answer_shard(model, work: Sequence, info: ProcessInfo, poll_s: float = 0.5) 
         raise UserError("data-parallel runs pass answers through the response store; drop --no-cache")
     hits, misses = model.hits, model.misses
     all_keys: list[str] = []
+    owner: dict[str, int] = {}  # request key -> the process that answers it
     for call in work:
-        rows = range(info.rank, len(call.requests), info.world_size)
+        keys = model.keys(call.method, call.requests, call.extra.get("images"))
+        for k in keys:
+            owner.setdefault(k, len(owner) % info.world_size)
+        rows = [i for i, k in enumerate(keys) if owner[k] == info.rank]
         mine = [call.requests[i] for i in rows]
         if mine:
             getattr(model, call.method)(mine, **{k: _Subset(v, rows) for k, v in call.extra.items()})
-        all_keys += model.keys(call.method, call.requests, call.extra.get("images"))
+        all_keys += keys
     own = ShardCounts(info.rank, model.hits - hits, model.misses - misses)
     reports = _report_folder(model, all_keys, info)
     if not info.is_main:

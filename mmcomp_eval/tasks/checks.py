@@ -9,6 +9,7 @@ the registries, so that ``config`` imports none of them.
 from __future__ import annotations
 
 from mmcomp_eval.config.task_config import GroupConfig, TaskConfig, load_task_file, one_of
+from mmcomp_eval.errors import UserError
 
 
 def check_task(cfg: TaskConfig, where: str | None = None) -> TaskConfig:
@@ -17,7 +18,13 @@ def check_task(cfg: TaskConfig, where: str | None = None) -> TaskConfig:
 
     where = where or f"{cfg.source or '<task>'} (task {cfg.task})"
     one_of(where, "output_type", cfg.output_type, tuple(OUTPUT_TYPES))
-    OUTPUT_TYPES.get(cfg.output_type).check_config(cfg, where)
+    output_type = OUTPUT_TYPES.get(cfg.output_type)
+    if output_type.prompted and cfg.prompt is None:
+        raise UserError(f"{where}: output_type '{cfg.output_type}' renders a prompt; add prompt: {{template: FILE}}")
+    if not output_type.prompted and cfg.prompt is not None:
+        raise UserError(f"{where}: output_type '{cfg.output_type}' renders no prompt; remove the 'prompt' section")
+    _check_metric_outputs(cfg, where)
+    output_type.check_config(cfg, where)
     if cfg.perturbation is not None:
         from mmcomp_eval.perturb.kinds import KINDS
         from mmcomp_eval.perturb.tokens import POS_ROLES
@@ -25,6 +32,19 @@ def check_task(cfg: TaskConfig, where: str | None = None) -> TaskConfig:
         one_of(where, "perturbation.kind", cfg.perturbation.kind, KINDS)
         one_of(where, "perturbation.pos_roles", cfg.perturbation.pos_roles, tuple(POS_ROLES))
     return cfg
+
+
+def _check_metric_outputs(cfg: TaskConfig, where: str) -> None:
+    """Each metric reads predictions of the kind the task's output type makes (retrieval: ranks, not text)."""
+    from mmcomp_eval.metrics import METRICS
+
+    for mc in cfg.metrics:
+        if mc.name not in METRICS:
+            continue  # an unknown name is reported, with suggestions, when the metric is built
+        allowed = METRICS.get(mc.name).output_types
+        if allowed is not None and cfg.output_type not in allowed:
+            raise UserError(f"{where}: metric '{mc.name}' scores output_type {', '.join(allowed)}, not "
+                            f"'{cfg.output_type}'; use it in a task of that output type")
 
 
 def load_checked(path) -> TaskConfig | GroupConfig:

@@ -14,6 +14,8 @@ a random model.
 * :func:`save_random_flamingo` / :func:`write_random_flamingo`: OpenFlamingo or Otter in their release formats.
 * :func:`random_image_text` / :func:`save_random_image_text`: Idefics2, Idefics3,
   LLaVA, LLaVA-NeXT or Qwen2-VL with the released chat templates, for ``hf_vlm``.
+* :func:`save_tiny_clip` / :func:`save_tiny_clap`: CLIP and CLAP checkpoints for the
+  retrieval models (``clip``, ``fusion``).
 
 torch and transformers are imported inside the builders.
 """
@@ -473,3 +475,91 @@ def image_only_qwen2_vl_processor(image_processor, tokenizer, chat_template: str
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
     return ImageOnlyQwen2VLProcessor(image_processor, tokenizer, chat_template)
+
+
+# -- retrieval: CLIP and CLAP ------------------------------------------------------------------------------
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2/CLIP byte-level alphabet: every byte as a printable character."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for c in cs]
+
+
+def tiny_clip_tokenizer(merge_words: Sequence[str] = ("a", "the", "car", "sea", "sun", "red")):
+    """A real CLIP BPE tokenizer over a tiny vocabulary: bytes, bytes + ``</w>``, and merges for ``merge_words``."""
+    from transformers import CLIPTokenizer
+
+    chars = _byte_chars()
+    vocab = {c: i for i, c in enumerate(chars)}
+    vocab.update({c + "</w>": len(chars) + i for i, c in enumerate(chars)})
+    merges = []
+    for word in merge_words:
+        cur = word[0]
+        for k, ch in enumerate(word[1:], start=1):
+            nxt = ch + ("</w>" if k == len(word) - 1 else "")
+            merges.append((cur, nxt))
+            cur += nxt
+            vocab.setdefault(cur, len(vocab))
+    vocab["<|startoftext|>"] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77)
+
+
+def save_tiny_clip(folder: Path, seed: int = 0, projection_dim: int = 16) -> Path:
+    """A 2-layer random CLIP (32x32 images, ``projection_dim``-d joint space) with its tokenizer and image processor.
+
+    A complete checkpoint folder: the ``clip`` and ``fusion`` models load it
+    through the same code as ``openai/clip-vit-base-patch32``.
+    """
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
+
+    tok = tiny_clip_tokenizer()
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, max_position_embeddings=77, bos_token_id=eos - 1,
+                         eos_token_id=eos, pad_token_id=eos),
+        vision_config=dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=48,
+                           num_hidden_layers=2, num_attention_heads=4),
+        projection_dim=projection_dim)
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    CLIPModel(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+def save_tiny_clap(folder: Path, seed: int = 0, projection_dim: int = 16) -> Path:
+    """A random CLAP (1 s of 16 kHz audio, a byte-level RoBERTa tokenizer with 78 text positions) as a checkpoint folder."""
+    import torch
+    from transformers import ClapConfig, ClapFeatureExtractor, ClapModel, RobertaTokenizer
+
+    chars = _byte_chars()
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    vocab.update({c: i + 4 for i, c in enumerate(chars)})
+    vocab["<mask>"] = len(vocab)
+    tok = RobertaTokenizer(vocab=vocab, merges=[])
+    config = ClapConfig(
+        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=80, type_vocab_size=1, pad_token_id=1,
+                         bos_token_id=0, eos_token_id=2),
+        audio_config=dict(num_mel_bins=16, spec_size=64, window_size=4, patch_size=4, patch_stride=(4, 4),
+                          depths=[1, 1], num_attention_heads=[1, 2], hidden_size=32, patch_embeds_hidden_size=16,
+                          num_hidden_layers=2, enable_fusion=False),
+        projection_dim=projection_dim)
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    ClapModel(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    ClapFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160, max_length_s=1, fft_window_size=1024,
+                         frequency_max=8000, truncation="rand_trunc").save_pretrained(folder)
+    return folder

@@ -1,4 +1,7 @@
-"""Retrieval metrics: R@1/5/10, median and mean rank, SumR and mR1, both directions.
+"""Ranks of retrieval queries, both directions, and their summaries: R@1/5/10, median and mean rank, SumR, mR1.
+
+The metrics of retrieval tasks (``mmcomp_eval.metrics.retrieval``) summarise
+the ranks computed here; this module is numpy only.
 
 A *query* scores every *gallery* item; its rank is the position of the first
 relevant item in the gallery sorted by decreasing score.
@@ -156,8 +159,12 @@ def check_v2t_convention(convention: str) -> str:
     return convention
 
 
-def _strip_ranks(strip: np.ndarray, rel: Relevance, lo: int, hi: int) -> np.ndarray:
-    """Ranks of queries ``lo:hi`` given their scores ``strip`` (rows = those queries)."""
+def _strip_ranks(strip: np.ndarray, rel: Relevance, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks of queries ``lo:hi`` given their scores ``strip`` (rows = those queries), and each one's top item.
+
+    The top item is the gallery column (group) scoring highest, the first on
+    a tie: what the query retrieved first, shown in a run's samples.
+    """
     b = hi - lo
     start, stop = rel.indptr[lo], rel.indptr[hi]
     cols = rel.indices[start:stop]
@@ -174,7 +181,7 @@ def _strip_ranks(strip: np.ndarray, rel: Relevance, lo: int, hi: int) -> np.ndar
         own = np.bincount(rows, weights=scores >= best[rows], minlength=b).astype(np.int64)
     # summing a uint8 view with an int32 accumulator is ~2x faster than count_nonzero(axis=1)
     at_least = (strip >= best[:, None]).view(np.uint8).sum(axis=1, dtype=np.int32)
-    return 1 + at_least.astype(np.int64) - own
+    return 1 + at_least.astype(np.int64) - own, strip.argmax(axis=1)
 
 
 def _rows_per_block(n_gallery: int, block_elements: int) -> int:
@@ -182,12 +189,13 @@ def _rows_per_block(n_gallery: int, block_elements: int) -> int:
 
 
 def ranks_from_similarity(sim: np.ndarray, rel: Relevance, *, block_elements: int = DEFAULT_BLOCK_ELEMENTS
-                          ) -> np.ndarray:
-    """Ranks from a (queries x gallery) score matrix, ``block_elements`` scores compared at a time."""
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks, top items) from a (queries x gallery) score matrix, ``block_elements`` scores compared at a time."""
     if sim.shape[1] != rel.n_gallery:
         raise UserError(f"similarity matrix has {sim.shape[1]} gallery columns, the mapping needs {rel.n_gallery}")
     step = _rows_per_block(rel.n_gallery, block_elements)
     out = np.empty(len(rel.queries), dtype=np.int64)
+    top = np.empty(len(rel.queries), dtype=np.int64)
     contiguous = len(rel.queries) == sim.shape[0]  # every row is a query, in order
     for lo in range(0, len(rel.queries), step):
         hi = min(lo + step, len(rel.queries))
@@ -196,13 +204,13 @@ def ranks_from_similarity(sim: np.ndarray, rel: Relevance, *, block_elements: in
             row = int(rel.queries[lo + np.flatnonzero(np.isnan(strip).any(axis=1))[0]])
             raise UserError(f"similarity row {row} contains NaN; fix the model's embeddings (a zero vector "
                             "normalised?)")
-        out[lo:hi] = _strip_ranks(_pooled(strip, rel), rel, lo, hi)
-    return out
+        out[lo:hi], top[lo:hi] = _strip_ranks(_pooled(strip, rel), rel, lo, hi)
+    return out, top
 
 
 def ranks_from_embeddings(query_emb: np.ndarray, gallery_emb: np.ndarray, rel: Relevance, *,
-                          block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> np.ndarray:
-    """Ranks with scores ``query_emb @ gallery_emb.T``, computed one strip of queries at a time.
+                          block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> tuple[np.ndarray, np.ndarray]:
+    """(ranks, top items) with scores ``query_emb @ gallery_emb.T``, computed one strip of queries at a time.
 
     Peak extra memory is about ``block_elements`` float32 scores plus as many
     bytes for the comparison, whatever the gallery size.
@@ -216,12 +224,13 @@ def ranks_from_embeddings(query_emb: np.ndarray, gallery_emb: np.ndarray, rel: R
         raise UserError(f"{g.shape[0]} gallery embeddings, the mapping needs {rel.n_gallery}")
     step = _rows_per_block(rel.n_gallery, block_elements)
     out = np.empty(len(rel.queries), dtype=np.int64)
+    top = np.empty(len(rel.queries), dtype=np.int64)
     gt = np.ascontiguousarray(g.T)
     for lo in range(0, len(rel.queries), step):
         hi = min(lo + step, len(rel.queries))
         strip = q[rel.queries[lo:hi]] @ gt
-        out[lo:hi] = _strip_ranks(_pooled(strip, rel), rel, lo, hi)
-    return out
+        out[lo:hi], top[lo:hi] = _strip_ranks(_pooled(strip, rel), rel, lo, hi)
+    return out, top
 
 
 def _pooled(strip: np.ndarray, rel: Relevance) -> np.ndarray:
@@ -259,7 +268,12 @@ def summarize(ranks: np.ndarray, n_gallery: int | None = None) -> dict[str, floa
 
 @dataclass
 class RetrievalScores:
-    """Ranks of both directions; ``v2t_videos`` are the video indices queried in v2t."""
+    """Ranks of both directions; ``v2t_videos`` are the video indices queried in v2t.
+
+    ``t2v_top`` is the video each caption retrieved first; ``v2t_top`` the
+    video whose caption set (``best_caption``) or caption (``all_captions``)
+    each video query retrieved first.
+    """
 
     t2v_ranks: np.ndarray
     v2t_ranks: np.ndarray
@@ -267,6 +281,8 @@ class RetrievalScores:
     n_videos: int
     n_captions: int
     v2t_convention: str = DEFAULT_V2T
+    t2v_top: np.ndarray | None = None
+    v2t_top: np.ndarray | None = None
 
     def metrics(self) -> dict[str, dict]:
         """Both directions' summaries; ``n_gallery`` says what a v2t rank is out of."""
@@ -283,9 +299,10 @@ def score_similarity(sim: np.ndarray, caption_video: Sequence[int] | np.ndarray,
                         "(rows must be captions, columns videos)")
     t2v = text_to_video(caption_video, s.shape[1])
     v2t_rel = video_to_text(caption_video, s.shape[1], v2t)
-    return RetrievalScores(ranks_from_similarity(s, t2v, block_elements=block_elements),
-                           ranks_from_similarity(s.T, v2t_rel, block_elements=block_elements),
-                           v2t_rel.queries, s.shape[1], s.shape[0], v2t)
+    t2v_ranks, t2v_top = ranks_from_similarity(s, t2v, block_elements=block_elements)
+    v2t_ranks, v2t_top = ranks_from_similarity(s.T, v2t_rel, block_elements=block_elements)
+    return RetrievalScores(t2v_ranks, v2t_ranks, v2t_rel.queries, s.shape[1], s.shape[0], v2t,
+                           t2v_top, _v2t_top(v2t_top, v2t_rel, caption_video))
 
 
 def score_embeddings(text_emb: np.ndarray, video_emb: np.ndarray, caption_video: Sequence[int] | np.ndarray, *,
@@ -296,9 +313,15 @@ def score_embeddings(text_emb: np.ndarray, video_emb: np.ndarray, caption_video:
         raise UserError(f"{np.asarray(text_emb).shape[0]} caption embeddings for {len(caption_video)} captions")
     t2v = text_to_video(caption_video, n_videos)
     v2t_rel = video_to_text(caption_video, n_videos, v2t)
-    return RetrievalScores(ranks_from_embeddings(text_emb, video_emb, t2v, block_elements=block_elements),
-                           ranks_from_embeddings(video_emb, text_emb, v2t_rel, block_elements=block_elements),
-                           v2t_rel.queries, n_videos, len(caption_video), v2t)
+    t2v_ranks, t2v_top = ranks_from_embeddings(text_emb, video_emb, t2v, block_elements=block_elements)
+    v2t_ranks, v2t_top = ranks_from_embeddings(video_emb, text_emb, v2t_rel, block_elements=block_elements)
+    return RetrievalScores(t2v_ranks, v2t_ranks, v2t_rel.queries, n_videos, len(caption_video), v2t,
+                           t2v_top, _v2t_top(v2t_top, v2t_rel, caption_video))
+
+
+def _v2t_top(top: np.ndarray, rel: Relevance, caption_video: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The video of each v2t query's top item: a caption set's video, or the top caption's video."""
+    return rel.queries[top] if rel.groups is not None else np.asarray(caption_video)[top]
 
 
 def mean_r1(r1_by_dataset: Mapping[str, float]) -> float:
