@@ -199,8 +199,10 @@ def test_result_files_follow_the_umask(tasks, tmp_path, umask, file_mode, folder
             (entry / "x").write_text("x")
     finally:
         os.umask(old)
-    for name in ("results.json", "samples.jsonl"):
-        assert (tmp_path / "out" / name).stat().st_mode & 0o777 == file_mode
+    files = sorted((tmp_path / "out").iterdir())
+    assert len(files) == 4  # results.json, samples.jsonl and the run's dated pair
+    for path in files:
+        assert path.stat().st_mode & 0o777 == file_mode, path.name
     assert (tmp_path / "cache_entry").stat().st_mode & 0o777 == folder_mode
 
 

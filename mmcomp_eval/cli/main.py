@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         if extra:
             raise UserError(unknown_arguments(parser, argv, extra))
-        handler = log_to_stderr(getattr(args, "verbosity", "INFO"))
+        if hasattr(args, "verbosity"):  # commands that report their stages (run)
+            handler = log_to_stderr(args.verbosity)
         return int(args.func(args) or 0)
     except CommandLineError as exc:
         print(f"mmcomp-eval: error: {' '.join(str(exc).split())}; see `{exc.parser.prog} --help`", file=sys.stderr)
