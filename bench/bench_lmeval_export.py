@@ -19,7 +19,7 @@ Usage::
     MMCOMP_DATA_DIR=/work/shared/data python bench/bench_lmeval_export.py [--limit 64] \\
         [--lmeval-python /work/lmeval-venv/bin/python] [--json out.json]
 
-Exit code 1 when a prediction or a score differs (scores compared to 1e-6).
+Exit code 1 when a prediction or a score differs (scores compared at results.json's 4 decimals).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def agreement(ours: dict[str, str], theirs: dict[str, str], our_scores: dict, th
     return {"documents": len(ours), "lm_eval_documents": len(theirs), "same_predictions": len(same),
             "differing": differ,
             "scores": {m: {"mmcomp_eval": our_scores[m], "lm_eval": their_scores[m],
-                           "equal": abs(our_scores[m] - their_scores[m]) < 1e-6} for m in METRICS}}
+                           "equal": round(their_scores[m], 4) == our_scores[m]} for m in METRICS}}
 
 
 def table(report: dict) -> str:
