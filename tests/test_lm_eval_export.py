@@ -52,13 +52,19 @@ print(json.dumps(out))
 
 
 class LastNarration(Model):
-    """Answers each prompt with the narration just before its ``=>`` (right on some documents, near on others)."""
+    """Answers each prompt with the narration just before its ``=>``, or with ``known`` answers where it has one.
+
+    A raw continuation, as a model gives it: a leading space and a second line.
+    """
 
     name = "last-narration"
 
+    def __init__(self, known: dict[str, str] | None = None):
+        self.known = known or {}
+
     def generate(self, requests, progress=None):
-        return [" " + r.prompt.rsplit("\n", 1)[-1].rsplit("=>", 1)[0].split(" . ")[-1].strip() + "\nnext line"
-                for r in requests]
+        return [" " + self.known.get(r.prompt, r.prompt.rsplit("\n", 1)[-1].rsplit("=>", 1)[0].split(" . ")[-1].strip())
+                + "\nnext line" for r in requests]
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +133,9 @@ def test_exported_hooks_score_gold_answers_100_without_mmcomp_eval(export, tmp_p
 
 
 def test_exported_hooks_equal_mmcomp_eval_metrics_on_the_same_answers(export, reference_ek100, tmp_path):
-    record = evaluate(LastNarration(), list(TASKS), limit=N, ek100_dir=reference_ek100, offline=True,
+    # right on every third document, the last narration (partly right for BLEU and category accuracy) elsewhere
+    known = {r["prompt"]: r["target"] for t in TASKS for i, r in enumerate(rows(export, t)) if i % 3 == 0}
+    record = evaluate(LastNarration(known), list(TASKS), limit=N, ek100_dir=reference_ek100, offline=True,
                       no_cache=True, output_path=tmp_path / "run", progress=False)
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     raw = {(s["task"], s["doc_id"]): s["raw_output"] for s in samples}
@@ -141,7 +149,9 @@ def test_exported_hooks_equal_mmcomp_eval_metrics_on_the_same_answers(export, re
     # the answers are neither all right nor all wrong, so equality says something
     assert 0 < record["tasks"]["compact_nup"]["metrics"]["exact_match"]["mean"] < 100
     assert 0 < record["tasks"]["compact_nup"]["metrics"]["bleu"]["mean"] < 100
-    assert 0 < record["tasks"]["compact_noun"]["metrics"]["category_accuracy"]["mean"] < 100
+    for task in TASKS:
+        assert 0 < record["tasks"][task]["metrics"]["category_accuracy"]["mean"] < 100
+        assert 0 < record["tasks"][task]["metrics"]["exact_match"]["mean"] < 100
 
 
 def test_export_command_line_and_its_refusals(reference_ek100, tmp_path, capsys):
