@@ -200,3 +200,12 @@ def test_runs_say_what_they_do_and_verbosity_quietens_them(user_tasks, echo_adap
     assert rc == 0 and err == ""
     rc, _, err = run_cli(capsys, *argv, "--verbosity", "loud")
     assert rc == 2 and "--verbosity" in err and len(err.strip().splitlines()) == 1
+
+
+def test_compact_runs_say_where_the_splits_come_from(reference_ek100, tmp_path, capsys):
+    rc, out, err = run_cli(capsys, "--model", "gold", "--tasks", "compact_verb", "--limit", "2", "--ek100-dir",
+                           str(reference_ek100), "--offline", "--no-progress", "--no-cache")
+    assert rc == 0, err
+    assert "CompAct splits from the cache: " in err or "building CompAct from the EK-100 annotations" in err
+    assert "task compact_verb seed 0: gold reads 2 documents" in err
+    assert "| compact_verb | test | 2 | 0 | exact_match | 100.00 | 0.00 | 0.00 | 1 |" in out  # gold: no prompt, no shots
