@@ -220,14 +220,15 @@ def _check_lm_eval_flags(args: argparse.Namespace) -> None:
 
 
 def list_tasks(include_paths) -> int:
-    """Each task with its output type, dataset, split and description; then the groups."""
+    """Each task with its output type, dataset, split, description and file (last); then the groups."""
     from mmcomp_eval.tasks.index import TaskIndex
 
     index = TaskIndex.build(tuple(include_paths))
     for name, t in sorted(index.tasks.items()):
         dataset = f"{t.dataset.name}:{t.dataset.options['split_kind']}" if "split_kind" in t.dataset.options \
             else t.dataset.name
-        print(f"{name:22s} {t.output_type:13s} {dataset:20s} {t.eval_split:10s} {_one_line(t.description)}")
+        print(f"{name:22s} {t.output_type:13s} {dataset:20s} {t.eval_split:10s} {_one_line(t.description)}  "
+              f"{t.source}")
     for name, g in sorted(index.groups.items()):
         print(f"{name:22s} {'group':13s} {', '.join(g.tasks)}  {_one_line(g.description)}")
     return 0
