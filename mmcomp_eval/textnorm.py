@@ -1,10 +1,12 @@
-"""The one text normalisation that exact match and category accuracy share.
+"""The one text normalisation that exact match and category accuracy share, and how an answer is read.
 
 Category accuracy promises never to score below exact match on a sample (a
 prediction equal to its reference always names the reference's classes), so
 both must agree on what "equal" means. They live here, outside
 ``mmcomp_eval.metrics``, so that the data layer (the category map) can use
-them without importing the metrics package.
+them without importing the metrics package. This module imports only the
+standard library: the lm-eval export inlines it into the ``utils.py`` it
+writes (see :mod:`mmcomp_eval.export`).
 """
 
 from __future__ import annotations
@@ -37,3 +39,14 @@ def category_key(text: str) -> str:
     """
     text = _SENTENCE_PUNCTUATION.sub(" ", normalise(text).replace("-", " "))
     return " ".join(text.split())
+
+
+def answer_text(generated: str) -> str:
+    """The answer in a generated continuation: its first line, without surrounding whitespace.
+
+    Generation stops at the task's stop strings inside the model; what is
+    left is presentation: models emit a space after ``=>``, and a model
+    that ignores stop strings may go on past the first line break.
+    """
+    text = str(generated).strip()
+    return text.splitlines()[0].strip() if text else ""

@@ -213,7 +213,7 @@ def test_evaluate_refuses_what_other_processes_cannot_rebuild(user_tasks, tmp_pa
     with pytest.raises(UserError, match="cannot share a Model object; pass the model's name"):
         evaluate(Echo(), "echo_task", include_paths=[user_tasks], num_processes=2, cache_dir=tmp_path / "s",
                  progress=False)
-    with pytest.raises(UserError, match="model_args and batch_size configure a model that evaluate"):
+    with pytest.raises(UserError, match="model_args, batch_size and device configure a model that evaluate"):
         evaluate(Echo(), "echo_task", include_paths=[user_tasks], model_args="x=1", no_cache=True)
     with pytest.raises(UserError, match="--num-processes 0: expected at least 1"):
         evaluate("echo", "echo_task", include_paths=[user_tasks], num_processes=0)

@@ -39,7 +39,7 @@ def test_gold_scores_100_on_every_builtin_task(reference_ek100, tmp_path, capsys
     samples = [json.loads(line) for line in (out_dir / "samples.jsonl").read_text().splitlines()]
     assert all(s["prediction"] == s["target"] and set(s["scores"].values()) == {100.0} for s in samples)
     n_test = results["compact_nup"]["n_documents"]
-    assert f"| compact_nup | test | {n_test} | 0 | bleu | 100.00 | 0.00 | 1 |" in out
+    assert f"| compact_nup | test | {n_test} | 0 | bleu | 100.00 | 0.00 | 0.00 | 1 |" in out  # mean, stderr, std
 
 
 def test_gold_on_a_user_task_and_refuses_prompts(tmp_path, capsys):

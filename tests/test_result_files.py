@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,17 @@ def pair(out: Path) -> tuple[bytes, bytes]:
     return (out / "results.json").read_bytes(), (out / "samples.jsonl").read_bytes()
 
 
+def listing(out: Path) -> list[str]:
+    """The folder's file names, each run's time written <time>."""
+    return sorted(re.sub(r"_\d{4}-\d\d-\d\dT[\d.-]+\.", "_<time>.", p.name) for p in out.iterdir())
+
+
+#: a folder after one complete run, and after two
+ONE_RUN = ["results.json", "results_<time>.json", "samples.jsonl", "samples_<time>.jsonl"]
+TWO_RUNS = ["results.json", "results_<time>.json", "results_<time>.json", "samples.jsonl", "samples_<time>.jsonl",
+            "samples_<time>.jsonl"]
+
+
 def test_run_dying_on_its_third_task_keeps_the_previous_pair_and_shows_its_progress(tasks, tmp_path, capsys):
     out = tmp_path / "out"
     evaluate(tasks, out, Echo(pad=1))
@@ -89,7 +101,7 @@ def test_run_dying_on_its_third_task_keeps_the_previous_pair_and_shows_its_progr
 
     (out / ".results.json.k1ll3d.tmp").write_text("{")  # left by a run killed while writing results.json
     evaluate(tasks, out, Echo())
-    assert sorted(p.name for p in out.iterdir()) == ["results.json", "samples.jsonl"]
+    assert listing(out) == TWO_RUNS  # the first run's pair is kept, dated
     results = json.loads((out / "results.json").read_text())
     assert list(results["tasks"]) == list(TASKS)
     assert results["samples_sha256"] == hashlib.sha256((out / "samples.jsonl").read_bytes()).hexdigest()
@@ -116,7 +128,7 @@ def test_full_disk_keeps_the_previous_pair_and_says_free_space(tasks, tmp_path):
         assert "cannot write samples.partial.jsonl (No space left on device); free space and rerun" in str(err.value)
         assert "the previous results.json and samples.jsonl there are untouched" in str(err.value)
         assert pair(out) == previous
-        assert sorted(p.name for p in out.iterdir()) == ["results.json", "samples.jsonl"]  # no temp, lock, partial
+        assert listing(out) == ONE_RUN  # no temp, lock, partial
         filler.unlink()
         evaluate(tasks, out, Echo(pad=5000))
         assert json.loads((out / "samples.jsonl").read_text().splitlines()[0])["raw_output"].endswith("x" * 5000)
@@ -187,8 +199,10 @@ def test_result_files_follow_the_umask(tasks, tmp_path, umask, file_mode, folder
             (entry / "x").write_text("x")
     finally:
         os.umask(old)
-    for name in ("results.json", "samples.jsonl"):
-        assert (tmp_path / "out" / name).stat().st_mode & 0o777 == file_mode
+    files = sorted((tmp_path / "out").iterdir())
+    assert len(files) == 4  # results.json, samples.jsonl and the run's dated pair
+    for path in files:
+        assert path.stat().st_mode & 0o777 == file_mode, path.name
     assert (tmp_path / "cache_entry").stat().st_mode & 0o777 == folder_mode
 
 
@@ -197,6 +211,7 @@ def test_presentation_options_stay_out_of_the_record(tasks, tmp_path):
     evaluate(tasks, tmp_path / "quiet", Echo(), progress=False)
     bar, quiet = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("bar", "quiet"))
     assert "progress" not in bar["config"]
-    bar.pop("created"), quiet.pop("created")
+    for volatile in ("created", "files"):
+        bar.pop(volatile), quiet.pop(volatile)
     assert bar == quiet
     assert (tmp_path / "bar" / "samples.jsonl").read_bytes() == (tmp_path / "quiet" / "samples.jsonl").read_bytes()

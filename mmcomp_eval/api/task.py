@@ -23,6 +23,7 @@ model loads, so whatever it reads (class tables, a gallery) fails early.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -105,7 +106,7 @@ class OutputType(ABC):
         """
         return list(answers), self.parse(answers)
 
-    def documents(self, split: str, limit: int | None) -> list[Document]:
+    def documents(self, split: str, limit: int | float | None) -> list[Document]:
         """The documents of ``split`` this task is scored on (``prompted = False`` only); ``limit``: ``--limit``."""
         raise NotImplementedError(f"output type {self.name} renders prompts; its documents come from the task loader")
 
@@ -120,3 +121,10 @@ class OutputType(ABC):
     def record(self, prepared: PreparedTask) -> dict[str, Any]:
         """What ``results.json`` records about how answers were obtained (keys of the task record)."""
         return {}
+
+
+def limited(count: int, limit: int | float | None) -> int:
+    """How many of ``count`` documents ``--limit`` keeps: N, or ceil(count * fraction) below 1 (as lm-eval)."""
+    if limit is None:
+        return count
+    return min(count, math.ceil(count * limit) if limit < 1 else int(limit))

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmcomp_eval.data import ek100
-from mmcomp_eval.data.vocab import CategoryIndex, plain_verb, singular
+from mmcomp_eval.data.category_rules import plain_verb, singular_forms
+from mmcomp_eval.data.vocab import CategoryIndex
 from mmcomp_eval.textnorm import category_key
 
 #: Bump when the learned tables change for the same input files.
@@ -130,14 +131,6 @@ def _noun_forms(raw: str) -> list[list[str]]:
         if f not in unique:
             unique.append(f)
     return unique
-
-
-def singular_forms(phrase: str) -> tuple[str, ...]:
-    """The phrase and what it is if its last word is a plural ("knives" -> "knife", "leaves" -> "leaf")."""
-    forms = [phrase, singular(phrase)]
-    if phrase.endswith("ves"):
-        forms += [phrase[:-3] + "f", phrase[:-3] + "fe"]
-    return tuple(dict.fromkeys(forms))
 
 
 def _same_word(token: str, word: str) -> bool:

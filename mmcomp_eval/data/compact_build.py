@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -24,6 +25,8 @@ from mmcomp_eval.data.compact_windows import WindowStats, build_windows, order_a
 from mmcomp_eval.data.mcd import atom_divergence, compound_divergence, mcd_split
 from mmcomp_eval.data.vocab import CategoryIndex
 from mmcomp_eval.errors import UserError
+
+log = logging.getLogger(__name__)
 
 #: Bump when the builder's output for the same inputs changes.
 BUILDER_VERSION = 4
@@ -83,12 +86,16 @@ def build_compact(ek100_dir: Path | None = None, params: BuildParams = BuildPara
     root = cache_root or paths.cache_dir() / "compact"
     target = root / key
     if not force and (target / "stats.json").is_file():
+        log.info("CompAct splits from the cache: %s", target)
         return BuildResult(target, json.loads((target / "stats.json").read_text()), cached=True)
+    log.info("building CompAct from the EK-100 annotations in %s (MCD split, once; cached in %s)",
+             files.train.parent, target)
     started = time.perf_counter()
     stats, splits = _build(files, params)
     stats["build_seconds"] = round(time.perf_counter() - started, 3)
     stats["cache_key"] = key
     _write_atomically(target, splits, stats)
+    log.info("built CompAct in %.1f s", stats["build_seconds"])
     return BuildResult(target, stats, cached=False)
 
 

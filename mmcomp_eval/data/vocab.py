@@ -15,29 +15,12 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmcomp_eval.data.category_rules import lookup_key, plain_noun, plain_verb, singular, table_lookup
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.textfiles import read_csv
 
-
-def plain_noun(raw: str) -> str:
-    """``board:chopping`` -> ``chopping board``: EK-100 writes the head noun first, then its modifiers in order.
-
-    So ``liquid:washing:up`` is "washing up liquid" and ``lid:frying:pan`` is
-    "frying pan lid" (modifiers keep their order; reversing every part would
-    give "up washing liquid", a spelling no narration uses).
-    """
-    parts = [p for p in raw.strip().lower().split(":") if p]
-    return " ".join([*parts[1:], *parts[:1]]).replace("-", " ").replace("_", " ")
-
-
-def plain_verb(raw: str) -> str:
-    """``pick-up`` -> ``pick up``."""
-    return raw.strip().lower().replace("-", " ").replace("_", " ")
-
-
-def lookup_key(text: str) -> str:
-    """The spelling-independent form used as dictionary key (spaces only)."""
-    return " ".join(text.lower().replace("_", " ").replace("-", " ").split())
+# the spellings live with the category map's rules, which the lm-eval export ships standalone
+__all__ = ["AtomClass", "CategoryIndex", "lookup_key", "normalised", "plain_noun", "plain_verb", "singular"]
 
 
 def normalised(plain: str) -> str:
@@ -79,28 +62,20 @@ class CategoryIndex:
         return cls.from_csv(d / "EPIC_100_verb_classes.csv", d / "EPIC_100_noun_classes.csv")
 
     def verb_class(self, text: str) -> int | None:
-        return _lookup(self._verb_lookup, text, plain_verb)
+        return table_lookup(self._verb_lookup, text, plain_verb)
 
     def noun_class(self, text: str) -> int | None:
-        return _lookup(self._noun_lookup, text, plain_noun)
+        return table_lookup(self._noun_lookup, text, plain_noun)
 
+    @property
+    def verb_table(self) -> dict[str, int]:
+        """Every verb spelling (:func:`lookup_key` form) -> its class."""
+        return self._verb_lookup
 
-def singular(word: str) -> str:
-    if word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith(("ches", "shes", "oes", "sses", "xes")):
-        return word[:-2]
-    if word.endswith("s") and not word.endswith("ss"):
-        return word[:-1]
-    return word
-
-
-def _lookup(table: dict[str, int], text: str, to_plain) -> int | None:
-    key = lookup_key(to_plain(text) if ":" in text else text)
-    hit = table.get(key)
-    if hit is None:
-        hit = table.get(singular(key))
-    return hit
+    @property
+    def noun_table(self) -> dict[str, int]:
+        """Every noun spelling (:func:`lookup_key` form) -> its class."""
+        return self._noun_lookup
 
 
 def _read_class_table(path: Path, to_plain) -> tuple[list[AtomClass], dict[str, int]]:

@@ -23,6 +23,7 @@ model costs seconds, not a model load:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -42,6 +43,8 @@ from mmcomp_eval.runtime import parallel
 from mmcomp_eval.tasks.checks import check_task
 from mmcomp_eval.tasks.index import TaskIndex
 from mmcomp_eval.tasks.loaders import DataContext
+
+log = logging.getLogger(__name__)
 
 #: how a launcher passes :func:`evaluate`'s arguments (JSON) to its processes
 SPEC_ENV = "MMCOMP_EVALUATE_SPEC"
@@ -65,10 +68,10 @@ class ModelTarget:
 
     @classmethod
     def resolve(cls, model: str | Model, model_args: str | Mapping[str, Any] | None, batch_size: int | str | None,
-                offline: bool) -> ModelTarget:
+                offline: bool, device: str | None = None) -> ModelTarget:
         if isinstance(model, Model):
-            if model_args or batch_size is not None:
-                raise UserError("model_args and batch_size configure a model that evaluate() builds; "
+            if model_args or batch_size is not None or device is not None:
+                raise UserError("model_args, batch_size and device configure a model that evaluate() builds; "
                                 "pass a model name, or build the model with them yourself")
             return cls(model.name, {}, model.capabilities, model.defaults, instance=model)
         from mmcomp_eval.models import MODELS
@@ -82,6 +85,10 @@ class ModelTarget:
             if "batch_size" not in params:
                 raise UserError(f"--batch-size: model '{model}' takes no batch size")
             args["batch_size"] = batch_size
+        if device is not None:
+            if "device" not in params:
+                raise UserError(f"--device: model '{model}' takes no device")
+            args["device"] = device
         if offline and "offline" in params and "offline" not in args:
             args["offline"] = True
         adapter, kwargs = MODELS.resolve(model, args)
@@ -94,6 +101,7 @@ class ModelTarget:
         """The model; refused if it turned out able to do other things than its adapter promised."""
         if self.instance is not None:
             return self.instance
+        log.info("loading model %s (%s adapter)", self.name, self.adapter.name)
         built = self.adapter(**self.kwargs)
         if built.capabilities != self.capabilities:
             raise UserError(f"model '{self.name}': adapter {self.adapter.__name__} declared {self.capabilities} "
@@ -109,20 +117,23 @@ def evaluate(
     model_args: str | Mapping[str, Any] | None = None,
     shots: int | None = None,
     seeds: Sequence[int] = (0,),
-    limit: int | None = None,
+    limit: int | float | None = None,
     split: str | None = None,
     sampler: str | None = None,
     gen_kwargs: str | Mapping[str, Any] | None = None,
     apply_chat_template: bool = False,
+    system_instruction: str | None = None,
     include_paths: Sequence[str | Path] = (),
     output_path: str | Path | None = None,
     batch_size: int | str | None = None,
+    device: str | None = None,
     cache_dir: str | Path | None = None,
     no_cache: bool = False,
     num_processes: int = 1,
     offline: bool = False,
     ek100_dir: str | Path | None = None,
     progress: bool = True,
+    predict_only: bool = False,
 ) -> dict[str, Any] | None:
     """Evaluate ``model`` on ``tasks``; the results record (what ``results.json`` holds).
 
@@ -130,7 +141,10 @@ def evaluate(
     then configure it) or a :class:`~mmcomp_eval.api.model.Model` already
     built. ``tasks``: task and group names (a list, or one comma-separated
     string) or :class:`TaskConfig` objects. ``seeds``: the seeds to run
-    (the CLI's ``--seed S --seeds N`` is ``range(S, S + N)``). The other
+    (the CLI's ``--seed S --seeds N`` is ``range(S, S + N)``). ``limit``: a
+    number of documents per task, or a fraction of them below 1 (lm-eval's
+    rule). ``predict_only``: make and store the answers, build no metric;
+    a later call without it scores the stored answers. The other
     arguments are the CLI's flags of the same names. Every input is checked
     before the model is built; a problem raises
     :class:`~mmcomp_eval.errors.UserError` with one line naming it.
@@ -149,13 +163,14 @@ def evaluate(
         raise UserError("--num-processes inside accelerate launch/torchrun: let the launcher start the processes")
     opts = RunOptions(shots=shots, seeds=tuple(seeds), gen_kwargs=_gen_kwargs(gen_kwargs), limit=limit, split=split,
                       sampler=sampler, apply_chat_template=apply_chat_template,
+                      system_instruction=system_instruction, predict_only=bool(predict_only),
                       include_paths=tuple(Path(p) for p in include_paths),
                       data=DataContext(ek100_dir=Path(ek100_dir) if ek100_dir else None, offline=offline),
                       progress=progress and proc.is_main and num_processes == 1)
     opts.validate()
     index = TaskIndex.build(opts.include_paths)
     task_configs = _resolve_tasks(tasks, index)
-    target = ModelTarget.resolve(model, model_args, batch_size, offline)
+    target = ModelTarget.resolve(model, model_args, batch_size, offline, device)
     spec = _spec(model, target, task_configs, tasks, opts, output_path, cache_dir, progress) if num_processes > 1 else None
     # The output folder and the response store are claimed first: a second run on the same output path, a
     # read-only folder or a damaged store then costs seconds.
@@ -236,6 +251,7 @@ def _spec(model, target: ModelTarget, task_configs: list[TaskConfig], tasks, opt
     return {"model": model, "model_args": target.args, "tasks": [t.task for t in task_configs],
             "shots": opts.shots, "seeds": list(opts.seeds), "limit": opts.limit, "split": opts.split,
             "sampler": opts.sampler, "gen_kwargs": opts.gen_kwargs, "apply_chat_template": opts.apply_chat_template,
+            "system_instruction": opts.system_instruction, "predict_only": opts.predict_only,
             "include_paths": [str(p) for p in opts.include_paths],
             "output_path": str(output_path) if output_path else None,
             "cache_dir": str(cache_dir) if cache_dir else None, "offline": opts.data.offline,

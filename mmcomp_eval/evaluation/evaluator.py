@@ -12,6 +12,7 @@ those come from their registries.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -29,6 +30,8 @@ from mmcomp_eval.metrics import MetricResources, build_metric
 from mmcomp_eval.runtime import parallel
 from mmcomp_eval.tasks.index import TaskIndex
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class RunPlan:
@@ -42,14 +45,24 @@ class RunPlan:
 
 
 def plan(tasks: Sequence[TaskConfig], model: Model | ModelPlan, opts: RunOptions, index: TaskIndex) -> RunPlan:
-    """Prepare every task and build every metric: all checks before any inference (or any model load)."""
+    """Prepare every task and build every metric: all checks before any inference (or any model load).
+
+    ``opts.predict_only`` builds no metric (so a scorer that cannot load, such
+    as BERTScore's model offline, does not stop the answers being made) and
+    tracks no compositional gap.
+    """
     opts.validate()
     prepared = [prepare(t, model, opts, index) for t in tasks]
-    gaps = gap.GapTracker(gap.twin_pairs(tasks, {p.config.task: p.shots for p in prepared}, list(index.tasks)))
+    twins = [] if opts.predict_only else gap.twin_pairs(tasks, {p.config.task: p.shots for p in prepared},
+                                                          list(index.tasks))
     resources = MetricResources(opts.data)  # built once, on first use by a metric that declares them
-    metrics = {p.config.task: [build_metric(mc.name, mc.options, resources) for mc in p.config.metrics]
-               for p in prepared}
-    return RunPlan(opts, prepared, metrics, resources, gaps)
+    metrics = {p.config.task: [] if opts.predict_only else
+               [build_metric(mc.name, mc.options, resources) for mc in p.config.metrics] for p in prepared}
+    for p in prepared:
+        log.info("task %s: %d %s documents, %d shots, %s", p.config.task, len(p.docs), p.split, p.shots,
+                 "predictions only (no metrics)" if opts.predict_only else
+                 "metrics " + ", ".join(m.name for m in metrics[p.config.task]))
+    return RunPlan(opts, prepared, metrics, resources, gap.GapTracker(twins))
 
 
 def run(tasks: Sequence[TaskConfig], model: Model, model_info: dict, opts: RunOptions, index: TaskIndex,
@@ -78,15 +91,21 @@ def execute(run_plan: RunPlan, model: Model, model_info: dict, writer: ResultWri
         seed_runs: list[tuple[list[str], dict]] = []
         for seed in opts.seeds:
             raw, preds = predict(p, model, seed, opts.progress)
+            if run_plan.metrics[p.config.task]:
+                log.info("task %s seed %d: scoring", p.config.task, seed)
             scored = score(p, preds, run_plan.metrics[p.config.task])
             writer.append_samples(_sample_rows(p, seed, raw, preds, scored))
             seed_runs.append((preds, {name: result for name, (result, _) in scored.items()}))
             for name, (result, describe) in scored.items():
                 per_seed.setdefault(name, []).append(result.value)
                 details[name] = describe
-        stats = bootstrap.task_statistics(p.config, p.docs, seed_runs, run_plan.resources)
-        record.tasks[p.config.task] = _task_record(p, per_seed, details, opts, bootstrap.task_stderr(stats, len(p.docs)))
-        record.gaps += run_plan.gaps.add(p.config.task, gap.TaskScores(len(p.docs), per_seed, stats))
+        if opts.predict_only:
+            record.tasks[p.config.task] = _task_record(p, per_seed, details, opts)
+        else:
+            stats = bootstrap.task_statistics(p.config, p.docs, seed_runs, run_plan.resources)
+            record.tasks[p.config.task] = _task_record(p, per_seed, details, opts,
+                                                       bootstrap.task_stderr(stats, len(p.docs)))
+            record.gaps += run_plan.gaps.add(p.config.task, gap.TaskScores(len(p.docs), per_seed, stats))
         record.cache = parallel.cache_record(model.cache_report(), shards)
         writer.write_results(record)
     return record
@@ -96,9 +115,11 @@ def predict(prepared: PreparedTask, model: Model, seed: int, progress: bool) -> 
     """(raw answers, parsed predictions) for one seed."""
     task = prepared.config
     if prepared.output is None:  # the model reads documents
+        log.info("task %s seed %d: %s reads %d documents", task.task, seed, model.name, len(prepared.docs))
         preds = model.predict_from_documents(prepared.docs, task)
         return preds, preds
     call = prepared.output.requests(prepared, seed)
+    log.info("task %s seed %d: %d %s requests", task.task, seed, len(call.requests), call.method)
     bar = tqdm(total=len(call.requests), desc=f"{task.task} seed {seed}", disable=not progress, unit="req")
     try:
         raw = getattr(model, call.method)(call.requests, progress=bar.update, **call.extra)
@@ -160,6 +181,8 @@ def _task_record(p: PreparedTask, per_seed: dict, details: dict, opts: RunOption
         "prompts_sha256": {str(s): sha256_json([[x.text, x.images] for x in ps]) for s, ps in p.prompts.items()},
         "metrics": metrics,
         "metric_details": details,
+        # false for --predict-only runs: answers made and stored, no metric built
+        "scored": not opts.predict_only,
         # the decoding the answers came from: null unless the task generates and the model is asked
         "generation": None,
         # the model adapter's own defaults this task used: decoding settings, prompt variant

@@ -12,6 +12,7 @@ built and before it is asked anything.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.model import Model, ModelCapabilities, ModelDefaults
 from mmcomp_eval.api.request import DEFAULT_SETTINGS, SAMPLING_FIELDS
-from mmcomp_eval.api.task import OutputType
+from mmcomp_eval.api.task import OutputType, limited
 from mmcomp_eval.config.task_config import TaskConfig, parse_generation_overrides
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.media.resolver import TaskMedia
@@ -29,6 +30,8 @@ from mmcomp_eval.tasks.index import TaskIndex, find_template
 from mmcomp_eval.tasks.loaders import DataContext, load_documents
 from mmcomp_eval.tasks.outputs import OUTPUT_TYPES
 from mmcomp_eval.tasks.prompting import PromptTemplate, RenderedPrompt
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,17 +48,26 @@ class RunOptions:
     seeds: tuple[int, ...] = (0,)
     #: ``--gen-kwargs``: GenerationSettings fields that override every task's ``generation:``
     gen_kwargs: dict[str, Any] = field(default_factory=dict)
-    limit: int | None = None
+    #: the first N documents of each task; a fraction below 1 takes that share of them, rounded up (lm-eval's rule)
+    limit: int | float | None = None
     split: str | None = None          # None: the task's eval_split
     sampler: str | None = None        # None: the task's fewshot.sampler
     apply_chat_template: bool = False
+    #: ``--system-instruction``: put before every task's instruction (lm-eval's system instruction)
+    system_instruction: str | None = None
+    #: generate and store answers, build no metric and score nothing
+    predict_only: bool = False
     include_paths: tuple[Path, ...] = ()
     data: DataContext = field(default_factory=DataContext)
     progress: bool = True
 
     def validate(self) -> None:
-        if self.limit is not None and self.limit < 1:
-            raise UserError(f"--limit {self.limit}: expected a positive number of documents")
+        limit = self.limit
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0
+                                  or (limit >= 1 and limit != int(limit))):
+            raise UserError(f"--limit {limit}: expected a positive number of documents, or a fraction below 1")
+        if self.system_instruction is not None and not isinstance(self.system_instruction, str):
+            raise UserError(f"--system-instruction {self.system_instruction!r}: expected text")
         if self.shots is not None and self.shots < 0:
             raise UserError(f"--shots {self.shots}: expected 0 or more")
         if not self.seeds:
@@ -136,9 +148,17 @@ def with_model_generation_defaults(task: TaskConfig, defaults: Mapping[str, Any]
     return (replace(task, generation=current) if applied else task), applied
 
 
+def with_system_instruction(task: TaskConfig, system_instruction: str | None) -> TaskConfig:
+    """``task`` whose instruction starts with ``--system-instruction``, joined as lm-eval joins it to a description."""
+    if not system_instruction or task.prompt is None:  # retrieval tasks have no prompt to instruct
+        return task
+    instruction = f"{system_instruction}\n\n{task.prompt.instruction}" if task.prompt.instruction else system_instruction
+    return replace(task, prompt=replace(task.prompt, instruction=instruction))
+
+
 def prepare(task: TaskConfig, model: Model | ModelPlan, opts: RunOptions, index: TaskIndex) -> PreparedTask:
     """Documents, shots, prompts, media and answer space of ``task`` for ``model``; asks the model nothing."""
-    task = with_generation_overrides(task, opts.gen_kwargs)
+    task = with_system_instruction(with_generation_overrides(task, opts.gen_kwargs), opts.system_instruction)
     task, applied = with_model_generation_defaults(task, model.defaults.generation, opts.gen_kwargs)
     variants = task.prompt.variants if task.prompt is not None else {}  # retrieval tasks render no prompt
     variant = model.defaults.prompt_variant if model.defaults.prompt_variant in variants else None
@@ -149,8 +169,7 @@ def prepare(task: TaskConfig, model: Model | ModelPlan, opts: RunOptions, index:
     if not output_type.prompted:
         return _prepare_unprompted(task, split, output_type, model, opts)
     docs = load_documents(task, split, opts.data)
-    if opts.limit is not None:
-        docs = docs[: opts.limit]
+    docs = docs[: limited(len(docs), opts.limit)]
     if not docs:
         raise UserError(f"task {task.task}: split '{split}' has no documents")
     k = task.fewshot.k if opts.shots is None else opts.shots
@@ -221,6 +240,7 @@ def load_media(prepared: PreparedTask, progress: bool) -> None:
     if not prepared.needs_media or prepared.media is not None:
         return
     p = prepared
+    log.info("task %s: keyframes of %d documents and %d few-shot documents", p.config.task, len(p.docs), len(p.pool))
     media = TaskMedia.materialise(p.config, p.docs, p.pool, p.prompts, progress=progress)
     keep = [i for i, d in enumerate(p.docs) if d.id not in media.skipped]
     if not keep:

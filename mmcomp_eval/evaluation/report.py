@@ -6,11 +6,14 @@ from __future__ import annotations
 def markdown_table(record: dict) -> str:
     model = record["model"]["name"]
     lines = [f"model: {model}  args: {record['model'].get('args') or {}}", "",
-             "| task | split | n | shots | metric | mean | std | seeds |", "|---|---|---|---|---|---|---|---|"]
+             "| task | split | n | shots | metric | mean | stderr | std | seeds |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for task, t in record["tasks"].items():
         for metric, m in t["metrics"].items():
             lines.append(f"| {task} | {t['split']} | {t['n_documents']} | {t['shots']} | {metric} | "
-                         f"{m['mean']:.2f} | {m['std']:.2f} | {len(m['per_seed'])} |")
+                         f"{m['mean']:.2f} | {format_stderr(m)} | {m['std']:.2f} | {len(m['per_seed'])} |")
+    if any(m.get("stderr") is not None for t in record["tasks"].values() for m in t["metrics"].values()):
+        lines += ["", "stderr: bootstrap standard error over the documents (as lm-eval's); std: across seeds"]
     notes = [f"{task}: {metric} scored by {d['model']}" for task, t in record["tasks"].items()
              for metric, d in t.get("metric_details", {}).items() if isinstance(d, dict) and d.get("model")]
     if notes:
@@ -33,6 +36,11 @@ def gap_table(gaps: list[dict]) -> str:
             lines.append(f"| {g['compositional_task']} | {g['in_domain_task']} | {metric} | {m['compositional']:.2f} | "
                          f"{m['in_domain']:.2f} | {m['gap']:+.2f} | {format_interval(m)} | {format_p(m)} |")
     return "\n".join(lines)
+
+
+def format_stderr(m: dict) -> str:
+    """``-`` where no bootstrap ran (a --predict-only run, a metric with no per-document statistic)."""
+    return "-" if m.get("stderr") is None else f"{m['stderr']:.2f}"
 
 
 def format_interval(m: dict) -> str:

@@ -2,15 +2,19 @@
 
 A run never writes into them while it goes: its progress is visible in
 ``results.partial.json`` (rewritten atomically after every task) and
-``samples.partial.jsonl`` (appended as each task's seed is scored). Only a
-run that completes renames them over ``results.json`` and ``samples.jsonl``,
-so a run that fails, is killed or meets a full disk leaves the previous
-complete pair as it was, and ``compare`` never sees the results of one run
-next to the samples of another. ``results.json`` records the SHA-256 of its
-``samples.jsonl`` (``samples_sha256``) so that a pair split anyway (SIGKILL
-between the two renames, files copied by hand) is refused, not misread.
-The schema is documented in ``docs/results.md``; bump ``SCHEMA_VERSION``
-when a field changes meaning.
+``samples.partial.jsonl`` (appended as each task's seed is scored). A run
+that completes first publishes its own dated pair,
+``results_<UTC time>.json`` and ``samples_<UTC time>.jsonl`` (as lm-eval
+names its files, so reruns into one folder keep every earlier run), then
+replaces ``results.json`` and ``samples.jsonl`` by hard links to (or copies
+of) that pair: they always hold the latest complete run. A run that fails,
+is killed or meets a full disk leaves the previous complete pairs as they
+were, and ``compare`` never sees the results of one run next to the samples
+of another. ``results.json`` records the SHA-256 of its ``samples.jsonl``
+(``samples_sha256``) so that a pair split anyway (SIGKILL between two
+renames, files copied by hand) is refused, not misread. The schema is
+documented in ``docs/results.md``; bump ``SCHEMA_VERSION`` when a field
+changes meaning.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import datetime as dt
 import errno
 import hashlib
 import json
+import logging
 import os
 import platform
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -42,7 +48,24 @@ RESULTS_FILE = "results.json"
 SAMPLES_FILE = "samples.jsonl"
 PARTIAL_RESULTS_FILE = "results.partial.json"
 PARTIAL_SAMPLES_FILE = "samples.partial.jsonl"
+#: a run's own pair, kept when later runs replace results.json/samples.jsonl
+DATED_RESULTS = re.compile(r"results_(?P<stamp>\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{6}(?:-\d+)?)\.json")
+
+log = logging.getLogger(__name__)
 VERSIONED_PACKAGES = ("torch", "transformers", "numpy", "bert-score", "accelerate", "gguf", "jinja2", "spacy")
+
+
+def dated_names(stamp: str) -> tuple[str, str]:
+    """(results file, samples file) of the run published at ``stamp``."""
+    return f"results_{stamp}.json", f"samples_{stamp}.jsonl"
+
+
+def samples_for(results: Path) -> Path:
+    """The samples file published with a results file (dated, latest or partial)."""
+    dated = DATED_RESULTS.fullmatch(results.name)
+    if dated:
+        return results.parent / dated_names(dated["stamp"])[1]
+    return results.parent / (PARTIAL_SAMPLES_FILE if results.name == PARTIAL_RESULTS_FILE else SAMPLES_FILE)
 
 
 def sha256_json(obj: Any) -> str:
@@ -139,8 +162,9 @@ class ResultWriter:
         except UserError:
             self.close()
             raise
-        for stale in self.directory.glob(".results*.tmp"):  # of a run killed while writing; ours now we hold the lock
-            stale.unlink(missing_ok=True)
+        for pattern in (".results*.tmp", ".samples*.tmp"):  # of a run killed while writing; ours now we hold the lock
+            for stale in self.directory.glob(pattern):
+                stale.unlink(missing_ok=True)
 
     def __enter__(self) -> ResultWriter:
         return self
@@ -173,21 +197,44 @@ class ResultWriter:
             atomic_files.write_text(self.directory / PARTIAL_RESULTS_FILE, _json(self._record), durable=False)
 
     def finish(self) -> None:
-        """Replace results.json and samples.jsonl by this run's, as one step as far as signals go."""
+        """Publish this run's dated pair, then make results.json and samples.jsonl that pair.
+
+        Each step renames two finished files with signals held back, so a
+        reader finds either the previous latest pair or this one, and every
+        dated pair is whole.
+        """
         if self.directory is None or self._record is None:
             return
         samples = self.directory / PARTIAL_SAMPLES_FILE
+        results_name, samples_name = dated_names(self._free_stamp())
+        record = {**self._record, "samples_sha256": self._samples_sha256.hexdigest(),
+                  "files": {"results": results_name, "samples": samples_name}}
         with self._writing(RESULTS_FILE):
             if not self._samples_started:
                 samples.write_bytes(b"")
             atomic_files.fsync_file(samples)
-            staged = atomic_files.stage_text(self.directory / RESULTS_FILE,
-                                             _json({**self._record, "samples_sha256": self._samples_sha256.hexdigest()}))
-        # samples first: results.json is the record that says which samples belong to it
-        atomic_files.rename_together([(samples, self.directory / SAMPLES_FILE),
-                                      (staged, self.directory / RESULTS_FILE)])
+            staged = atomic_files.stage_text(self.directory / results_name, _json(record))
+        # samples first: the results file is the record that says which samples belong to it
+        atomic_files.rename_together([(samples, self.directory / samples_name), (staged, self.directory / results_name)])
+        with self._writing(RESULTS_FILE):
+            latest = [(atomic_files.staged_link(self.directory / samples_name, self.directory / SAMPLES_FILE),
+                       self.directory / SAMPLES_FILE),
+                      (atomic_files.staged_link(self.directory / results_name, self.directory / RESULTS_FILE),
+                       self.directory / RESULTS_FILE)]
+        atomic_files.rename_together(latest)
         (self.directory / PARTIAL_RESULTS_FILE).unlink(missing_ok=True)
+        log.info("results: %s (also %s), samples: %s", self.directory / RESULTS_FILE, results_name,
+                 self.directory / SAMPLES_FILE)
         self._record = None
+
+    def _free_stamp(self) -> str:
+        """UTC now, to the microsecond, ':' written '-' (Windows file names); unique in the folder."""
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H-%M-%S.%f")
+        candidate, n = stamp, 1
+        while any((self.directory / name).exists() for name in dated_names(candidate)):
+            n += 1
+            candidate = f"{stamp}-{n}"
+        return candidate
 
     def close(self) -> None:
         """Release the lock; remove the folders this writer created if nothing was written into them."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.evaluation.results import PARTIAL_RESULTS_FILE, PARTIAL_SAMPLES_FILE, RESULTS_FILE, SAMPLES_FILE
+from mmcomp_eval.evaluation.results import PARTIAL_RESULTS_FILE, RESULTS_FILE, samples_for
 
 _NOT_OURS = "is it a file written by `mmcomp-eval run`?"
 
@@ -34,9 +34,8 @@ def results_path(path: Path) -> Path:
 
 
 def samples_path(results: Path) -> Path:
-    """The samples file that goes with ``results``."""
-    name = PARTIAL_SAMPLES_FILE if results.name == PARTIAL_RESULTS_FILE else SAMPLES_FILE
-    return results.parent / name
+    """The samples file that goes with ``results`` (``results_<time>.json`` -> ``samples_<time>.jsonl``)."""
+    return samples_for(results)
 
 
 def read_results(path: Path) -> dict:
@@ -85,6 +84,9 @@ def check_results(data: Any, path: Path) -> None:
     """Refuse, naming the field, a results.json whose fields ``compare`` uses are absent or of the wrong type."""
     _require(path, "(top level)", data, lambda v: isinstance(v, dict), "an object")
     _require(path, "tasks", data.get("tasks", _MISSING), lambda v: isinstance(v, dict), "an object of tasks")
+    if isinstance(data.get("config"), dict) and data["config"].get("predict_only"):
+        raise UserError(f"{path}: a --predict-only run, with answers but no scores; rerun its command without "
+                        "--predict-only (the answers come from the response store) and compare that")
     _require(path, "samples_sha256", data.get("samples_sha256"), lambda v: v is None or isinstance(v, str), "a string")
     for name, task in data["tasks"].items():
         at = f"tasks.{name}"

@@ -39,17 +39,14 @@ from collections.abc import Sequence
 
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.metric import Metric, MetricResult
-from mmcomp_eval.data.category_map import CategoryMap, Mapped
+from mmcomp_eval.data.category_map import CategoryMap
+from mmcomp_eval.data.category_rules import ATOMS, TARGET_FIELDS
 from mmcomp_eval.errors import UserError, did_you_mean
 from mmcomp_eval.metrics._common import check_lengths, mean
 from mmcomp_eval.metrics.registry import METRIC_RESOURCES, METRICS, NO_RESOURCES, MetricResource, MetricResources
-from mmcomp_eval.textnorm import normalise
 
-ATOMS = ("action", "verb", "noun")
 #: the resource this metric reads: the category map of the run's EK-100 annotations
 CATEGORY_MAP = "ek100_category_map"
-TARGET_FIELDS = {"verb": ("trg_verb_class",), "noun": ("trg_noun_class",),
-                 "action": ("trg_verb_class", "trg_noun_class")}
 
 
 def _load_category_map(data) -> CategoryMap:
@@ -90,28 +87,16 @@ class CategoryAccuracy(Metric):
         decided_by: Counter = Counter()
         identity_only = 0
         for prediction, reference, doc in zip(predictions, references, docs):
-            mapped = self._map(str(prediction))
-            classes = self._classes(mapped)
-            right = classes == _targets(doc, self.atom)
-            if None in classes:
+            verdict = self.categories.rules.judge(self.atom, str(prediction), str(reference), _targets(doc, self.atom))
+            if verdict.unmapped:
                 unmapped.append(doc.id)
-            decided_by[mapped.source or "unmapped"] += 1
-            if not right and normalise(str(prediction)) == normalise(str(reference)):
-                right = True
-                identity_only += 1
-            per_sample.append(100.0 if right else 0.0)
+            decided_by[verdict.mapped.source or "unmapped"] += 1
+            identity_only += verdict.by_identity
+            per_sample.append(100.0 if verdict.right else 0.0)
         self.last_unmapped = tuple(unmapped)
         self._last = {"scored": len(per_sample), "unmapped": len(unmapped),
                       "right_by_identity_only": identity_only, "decided_by": dict(sorted(decided_by.items()))}
         return MetricResult(self.name, mean(per_sample), tuple(per_sample))
-
-    def _map(self, prediction: str) -> Mapped:
-        return getattr(self.categories, self.atom)(prediction)
-
-    def _classes(self, mapped: Mapped) -> tuple[int | None, ...]:
-        if self.atom == "action":
-            return mapped.verb, mapped.noun
-        return (mapped.verb,) if self.atom == "verb" else (mapped.noun,)
 
     def describe(self) -> dict:
         info = {"name": self.name, "atom": self.atom, "classes": "EK-100",

@@ -87,6 +87,7 @@ def ensure_converted(gguf_path: str | os.PathLike[str], dtype: str = "float32") 
     target, sha = lookup(gguf_path, dtype)
     if (target / _META).is_file():
         return target, sha, False
+    log.info("converting %s to a transformers folder (once; cached in %s)", gguf_path.name, target)
     started = time.perf_counter()
     try:
         _convert(gguf_path, target, sha, dtype)

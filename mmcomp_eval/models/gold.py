@@ -25,6 +25,7 @@ from mmcomp_eval.config.task_config import TaskConfig
 
 
 class GoldAnswers(Model):
+    """Answers each document with its own reference: a metric sanity check (every score 100), no weights."""
     name = "gold"
     capabilities = ModelCapabilities(generate=False, reads_documents=True)
 

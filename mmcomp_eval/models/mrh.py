@@ -30,6 +30,7 @@ def mrh_prediction(fields, answer_kind: str) -> str:
 
 
 class MostRecentHeuristic(Model):
+    """The Most Recent Heuristic baseline (CompAct Table 2): the most recent verb and noun of the context."""
     name = "mrh"
     capabilities = ModelCapabilities(generate=False, reads_documents=True)
 

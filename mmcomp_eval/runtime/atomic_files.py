@@ -16,6 +16,7 @@ follows the umask. So both get ``0o666``/``0o777`` minus the umask first.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -120,6 +121,27 @@ def replacing_folder(target: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def staged_link(source: Path, target: Path) -> Path:
+    """A temporary name next to ``target`` with ``source``'s content, to pass to :func:`rename_together`.
+
+    A hard link where the file system has them (Linux, macOS, NTFS: no extra
+    space, and no symbolic link, which Windows grants only to some users and
+    some copy tools drop), else a durable copy with the umask's permissions.
+    """
+    source, target = Path(source), Path(target)
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    try:
+        os.link(source, tmp)
+    except OSError:
+        try:
+            shutil.copyfile(source, tmp)
+            fsync_file(tmp)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    return tmp
 
 
 def fsync_file(path: Path) -> None:

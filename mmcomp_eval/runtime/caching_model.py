@@ -23,6 +23,7 @@ object offers it (content-addressed cache names), else a hash of the pixels.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +33,8 @@ from mmcomp_eval.api.model import Model, ProgressCallback
 from mmcomp_eval.api.request import EmbeddingRequest, GenerationRequest, LoglikelihoodRequest
 from mmcomp_eval.runtime import vectors
 from mmcomp_eval.runtime.response_store import ResponseStore, model_key, request_key
+
+log = logging.getLogger(__name__)
 
 #: model arguments that never change an answer: left out of the key of
 #: adapters that do not define their own ``fingerprint``
@@ -123,6 +126,8 @@ class CachingModel(Model):
             if k not in found:
                 todo.setdefault(k, i)
         self.hits += len(requests) - len(todo)
+        log.info("%d of %d answers from the response store, %d to compute", len(requests) - len(todo), len(requests),
+                 len(todo))
         if progress and len(requests) > len(todo):
             progress(len(requests) - len(todo))
         if todo:

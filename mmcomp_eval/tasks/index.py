@@ -11,6 +11,8 @@ name; two files defining one name in the same folder is an error.
 
 from __future__ import annotations
 
+import fnmatch
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,12 +61,25 @@ class TaskIndex:
         return cls(tasks, groups, dirs)
 
     def resolve(self, names: list[str]) -> list[TaskConfig]:
-        """Task names and group names -> task configs, in order, without repeats."""
+        """Task names, group names and glob patterns (``compact_*``) -> task configs, in order, without repeats.
+
+        A pattern matches task names only (as lm-eval's), in sorted order; one
+        that matches nothing is refused like an unknown name.
+        """
         out: dict[str, TaskConfig] = {}
         for name in names:
-            for task_name in self._expand(name, ()):
+            for task_name in self._expand_pattern(name):
                 out.setdefault(task_name, self.tasks[task_name])
         return list(out.values())
+
+    def _expand_pattern(self, name: str) -> list[str]:
+        if not any(c in name for c in "*?[") or name in self.tasks or name in self.groups:
+            return self._expand(name, ())
+        matched = sorted(fnmatch.filter(self.tasks, name))
+        if not matched:
+            raise UserError(f"task pattern '{name}' matches no task; see `mmcomp-eval ls tasks`, or add a folder "
+                            "with --include-path")
+        return matched
 
     def _expand(self, name: str, stack: tuple[str, ...]) -> list[str]:
         if name in self.tasks:

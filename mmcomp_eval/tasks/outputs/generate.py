@@ -10,6 +10,7 @@ from mmcomp_eval.api.model import ModelCapabilities
 from mmcomp_eval.api.request import GenerationRequest
 from mmcomp_eval.api.task import ModelCall, OutputType
 from mmcomp_eval.tasks.outputs.registry import OUTPUT_TYPES
+from mmcomp_eval.textnorm import answer_text
 
 
 @OUTPUT_TYPES.register("generate")
@@ -30,17 +31,8 @@ class Generate(OutputType):
         return ModelCall("generate", reqs, extra)
 
     def parse(self, answers: Sequence[Any]) -> list[str]:
-        """Generation stops at the task's stop strings inside the model; what is left here is presentation.
-
-        Surrounding whitespace goes (models emit a space after ``=>``) and,
-        for safety with models that ignore stop strings, anything after the
-        first line break.
-        """
-        out = []
-        for raw in answers:
-            text = str(raw).strip()
-            out.append(text.splitlines()[0].strip() if text else "")
-        return out
+        """Each continuation's first line, stripped (:func:`~mmcomp_eval.textnorm.answer_text`)."""
+        return [answer_text(raw) for raw in answers]
 
     def record(self, prepared) -> dict[str, Any]:
         settings = asdict(self.task.generation)

@@ -37,7 +37,7 @@ import numpy as np
 from mmcomp_eval.api.document import Document
 from mmcomp_eval.api.model import Model, ModelCapabilities
 from mmcomp_eval.api.request import EmbeddingRequest
-from mmcomp_eval.api.task import ModelCall, OutputType
+from mmcomp_eval.api.task import ModelCall, OutputType, limited
 from mmcomp_eval.config.task_config import one_of
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.media.video import FRAME_SAMPLINGS
@@ -104,7 +104,7 @@ class Retrieval(OutputType):
 
     # -- documents ------------------------------------------------------------------------------------------
 
-    def documents(self, split: str, limit: int | None) -> list[Document]:
+    def documents(self, split: str, limit: int | float | None) -> list[Document]:
         """One document per caption (``t2v:``), then one per gallery video (``v2t:``); the gallery's files found."""
         task, field = self.task, self.settings.text_field
         loaded = load_documents(replace(task, perturbation=None), split, self.data)  # perturbed per seed instead
@@ -113,8 +113,7 @@ class Retrieval(OutputType):
                 raise UserError(f"{self.where}: document {d.id} has no text field '{field}' (retrieval.text_field)")
         order = list(dict.fromkeys(str(d[task.target_field]) for d in loaded))
         self.n_listed_videos = len(order)
-        if limit is not None:
-            order = order[:limit]
+        order = order[: limited(len(order), limit)]  # --limit counts gallery videos (a fraction of them below 1)
         keep = set(order)
         captions = [d for d in loaded if str(d[task.target_field]) in keep]
         if not captions:
