@@ -105,16 +105,16 @@ def test_tasks_list_and_ls_tasks_show_output_type_and_description(user_tasks, ca
 
 def test_ls_models_lists_every_preset_with_its_description(capsys):
     from mmcomp_eval.models import MODELS
-    from mmcomp_eval.retrieval.models import RETRIEVAL_MODELS
 
     rc, out, _ = run_cli(capsys, "ls", "models")
     assert rc == 0
     lines = {line.split()[0]: line for line in out.splitlines()}
-    for registry in (MODELS, RETRIEVAL_MODELS):
-        for name, spec in registry.presets().items():
-            assert "preset of " + spec.adapter in lines[name]
-            assert " ".join(spec.description.split()) in lines[name]
-    assert "smollm2-135m" in lines and any("retrieval preset" in line for line in lines.values())
+    for name, spec in MODELS.presets().items():
+        assert "preset of " + spec.adapter in lines[name]
+        assert " ".join(spec.description.split()) in lines[name]
+    assert set(lines) == set(MODELS) | set(MODELS.presets())
+    assert "retrieval preset of clip" in lines["clip-b32"] and "retrieval" not in lines["smollm2-135m"]
+    assert "retrieval adapter" in lines["fusion"] and "retrieval" not in lines["hf_vlm"]
     assert "(no description)" not in out
 
 

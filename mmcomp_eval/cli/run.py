@@ -243,14 +243,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return list_tasks(args.include_path)
     if args.what == "models":
         from mmcomp_eval.models import MODELS
-        from mmcomp_eval.retrieval.models import RETRIEVAL_MODELS
 
-        for kind, registry in (("", MODELS), ("retrieval ", RETRIEVAL_MODELS)):
-            for name in registry:
-                print(f"{name:26s} {kind}adapter: {_docline(registry.get(name))}")
-            for name, spec in registry.presets().items():
-                args_text = ",".join(f"{k}={v}" for k, v in spec.defaults.items())
-                print(f"{name:26s} {kind}preset of {spec.adapter}: {_one_line(spec.description)} ({args_text})")
+        def kind(adapter: str) -> str:  # retrieval models embed and do not generate
+            caps = MODELS.get(adapter).capabilities
+            return "retrieval " if caps.embeddings and not caps.generate else ""
+
+        for name in MODELS:
+            print(f"{name:26s} {kind(name)}adapter: {_docline(MODELS.get(name))}")
+        for name, spec in MODELS.presets().items():
+            args_text = ",".join(f"{k}={v}" for k, v in spec.defaults.items())
+            print(f"{name:26s} {kind(spec.adapter)}preset of {spec.adapter}: {_one_line(spec.description)} "
+                  f"({args_text})")
     else:
         from mmcomp_eval.metrics import METRICS
 
