@@ -96,9 +96,6 @@ class Letters(Model):
     name = "letters"
     capabilities = ModelCapabilities(generate=False, embeddings=True)
 
-    def generate(self, requests, progress=None):
-        raise NotImplementedError("letters only embeds")
-
     def embed(self, requests, progress=None):
         out = []
         for r in requests:

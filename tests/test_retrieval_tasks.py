@@ -122,6 +122,16 @@ def test_msrvtt_1ka_from_features_through_the_cli(clip_dir, gallery, capsys):
     assert set(samples[-1]["scores"]) == set(V2T) and samples[-1]["prediction"] == str(scores.v2t_ranks[-1])
 
 
+def test_fractional_limit_counts_gallery_videos(clip_dir, gallery):
+    """lm-eval's --limit below 1 is a fraction; for retrieval it is a fraction of the gallery's videos."""
+    run = dict(model_args={"pretrained": str(clip_dir)}, progress=False, no_cache=True)
+    by_fraction = evaluate("clip", ["msrvtt_1ka_retrieval"], limit=0.0055, **run)["tasks"]["msrvtt_1ka_retrieval"]
+    by_count = evaluate("clip", ["msrvtt_1ka_retrieval"], limit=6, **run)["tasks"]["msrvtt_1ka_retrieval"]
+    assert by_fraction["n_documents"] == 12  # ceil(1,000 x 0.0055) = 6 videos and their 6 captions
+    assert by_fraction["retrieval"]["gallery"]["limited"].startswith("the first 6 of 1000")
+    assert by_fraction["metrics"] == by_count["metrics"]
+
+
 def test_gallery_folders_that_are_off(clip_dir, gallery, monkeypatch):
     """A folder naming an unset variable or a missing path is off (and recorded); the gallery must still be found."""
     run = dict(model_args={"pretrained": str(clip_dir)}, limit=2, progress=False)

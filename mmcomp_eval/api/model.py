@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -73,7 +72,7 @@ class ModelDefaults:
     prompt_variant: str | None = None
 
 
-class Model(ABC):
+class Model:
     """A model answers batches of requests.
 
     Adapters receive their arguments already parsed (see
@@ -102,11 +101,15 @@ class Model(ABC):
         """
         return cls.capabilities
 
-    @abstractmethod
     def generate(
         self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None
     ) -> list[str]:
-        """One continuation per request, in request order, stop strings removed."""
+        """One continuation per request, in request order, stop strings removed.
+
+        Not abstract: a model implements what its ``capabilities`` promise
+        (a retrieval model only embeds), and a run never asks for more.
+        """
+        raise NotImplementedError(f"model '{self.name}' does not generate text")
 
     def loglikelihood(
         self, requests: Sequence[LoglikelihoodRequest], progress: ProgressCallback | None = None

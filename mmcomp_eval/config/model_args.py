@@ -287,3 +287,20 @@ def _scalar_types(hint: Any) -> tuple[list[type], bool]:
     if any(m not in (bool, int, float, str, type(None)) for m in members):
         return [], True
     return [m for m in members if m is not type(None)], type(None) in members
+
+
+class ArgumentOptions:
+    """Base of an adapter's options dataclass: built from ``--model-args`` with one-line errors for unknown names.
+
+    The adapters' option types (local weights, vLLM engines, API servers)
+    share nothing but this rule, so it lives here rather than in any of them.
+    """
+
+    @classmethod
+    def from_arguments(cls, owner: str, args: typing.Mapping[str, Any]) -> Any:
+        """Options from keyword arguments; an unknown name is a one-line error with a suggestion."""
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        for key in args:
+            if key not in names:
+                raise UserError(f"unknown model argument '{key}' for '{owner}'{did_you_mean(key, names)}")
+        return cls(**args)

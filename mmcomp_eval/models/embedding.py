@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mmcomp_eval.api.model import Model, ModelCapabilities, ProgressCallback, ResultCallback
-from mmcomp_eval.api.request import EmbeddingRequest, GenerationRequest, VideoInputs
+from mmcomp_eval.api.request import EmbeddingRequest, VideoInputs
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models.local import LocalOptions
 
@@ -76,9 +76,6 @@ class EmbeddingModel(Model):
         self.batch_size = int(self.options.batch_size)
         #: videos decoded and encoded by this instance (not answered from features), for logs and tests
         self.videos_encoded = 0
-
-    def generate(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None) -> list[str]:
-        raise NotImplementedError(f"model '{self.name}' embeds captions and videos; it does not generate")
 
     def embed(self, requests: Sequence[EmbeddingRequest], progress: ProgressCallback | None = None,
               on_result: ResultCallback | None = None) -> list[np.ndarray]:

@@ -21,7 +21,6 @@ answer stored the moment it exists) reaches every local adapter at once:
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from mmcomp_eval.api.model import Model, ProgressCallback, ResultCallback
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
-from mmcomp_eval.errors import UserError, did_you_mean
+from mmcomp_eval.config.model_args import ArgumentOptions
+from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding
 from mmcomp_eval.models.batching import DEFAULT_MAX_BATCH, BatchSizer, parse_batch_size, run_batches
 from mmcomp_eval.models.loading import resolve_device
@@ -42,7 +42,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
-class LocalOptions:
+class LocalOptions(ArgumentOptions):
     """Model arguments every local adapter accepts: how to load the weights and how to batch requests."""
 
     #: ``auto``: the checkpoint's own dtype (see :meth:`torch_dtype`)
@@ -131,14 +131,6 @@ class LocalOptions:
             return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=compute)
         return BitsAndBytesConfig(load_in_8bit=True)
 
-    @classmethod
-    def from_arguments(cls, owner: str, args: Mapping[str, Any]) -> LocalOptions:
-        """Options from keyword arguments; an unknown name is a one-line error with a suggestion."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in args:
-            if key not in names:
-                raise UserError(f"unknown model argument '{key}' for '{owner}'{did_you_mean(key, names)}")
-        return cls(**args)
 
 
 @dataclass(frozen=True)

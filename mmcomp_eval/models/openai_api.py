@@ -32,7 +32,6 @@ requests never go through a proxy.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import io
 import ipaddress
 import logging
@@ -46,7 +45,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from mmcomp_eval.api.model import Model, ModelCapabilities, ProgressCallback, ResultCallback
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
-from mmcomp_eval.errors import UserError, did_you_mean
+from mmcomp_eval.config.model_args import ArgumentOptions
+from mmcomp_eval.errors import UserError
 from mmcomp_eval.models.decoding import clean
 from mmcomp_eval.models.http_retry import Cancelled, JsonPoster, RetryPolicy
 from mmcomp_eval.models.registry import MODELS
@@ -71,7 +71,7 @@ IMAGE_FORMATS = {"png": ("PNG", "image/png"), "jpeg": ("JPEG", "image/jpeg")}
 
 
 @dataclass(frozen=True)
-class ApiOptions:
+class ApiOptions(ArgumentOptions):
     """Model arguments of both endpoints: where the server is and how to talk to it."""
 
     #: the API root; requests go to ``<base_url>/chat/completions`` or ``<base_url>/completions``
@@ -104,13 +104,6 @@ class ApiOptions:
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(self.max_retries, self.backoff_base, self.backoff_max, self.timeout)
 
-    @classmethod
-    def from_arguments(cls, owner: str, args: Mapping[str, Any]) -> ApiOptions:
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in args:
-            if key not in names:
-                raise UserError(f"unknown model argument '{key}' for '{owner}'{did_you_mean(key, names)}")
-        return cls(**args)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,6 @@ line instead of a traceback, before any task is prepared.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.util
 import logging
@@ -51,7 +50,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from mmcomp_eval.api.model import Model, ModelCapabilities, ProgressCallback, ResultCallback
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
-from mmcomp_eval.errors import UserError, did_you_mean
+from mmcomp_eval.config.model_args import ArgumentOptions
+from mmcomp_eval.errors import UserError
 from mmcomp_eval.models.batching import parse_batch_size
 from mmcomp_eval.models.decoding import clean
 from mmcomp_eval.models.loading import guarded_load, resolve_pretrained
@@ -80,7 +80,7 @@ INSTALL_HINT = "pip install 'mmcomp-eval[vllm]' (Linux with a CUDA GPU)"
 
 
 @dataclass(frozen=True)
-class VLLMOptions:
+class VLLMOptions(ArgumentOptions):
     """Model arguments of ``vllm``: the engine's (lm-eval's names) and how many requests go per call."""
 
     #: ``auto``: the checkpoint's dtype (vLLM's rule: float32 checkpoints run in bfloat16/float16)
@@ -155,13 +155,6 @@ class VLLMOptions:
         kwargs.update({k: v for k, v in optional.items() if v is not None})
         return kwargs
 
-    @classmethod
-    def from_arguments(cls, owner: str, args: Mapping[str, Any]) -> VLLMOptions:
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in args:
-            if key not in names:
-                raise UserError(f"unknown model argument '{key}' for '{owner}'{did_you_mean(key, names)}")
-        return cls(**args)
 
 
 @dataclass(frozen=True)
