@@ -39,10 +39,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from mmcomp_eval.api.request import GenerationSettings
+from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
+from mmcomp_eval.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,15 @@ NO_EFFECT_FIELDS = frozenset({"transformers_version", "use_cache", "cache_implem
                               "output_attentions", "output_hidden_states", "output_scores", "output_logits",
                               "return_dict_in_generate"})
 _TWO_53 = float(1 << 53)
+
+
+def refuse_unsupported(model: str, requests: Sequence[GenerationRequest],
+                       unsupported: Callable[[GenerationSettings], str | None]) -> None:
+    """One line before anything is sent when a backend cannot decode as a task asks (it would silently differ)."""
+    for settings in {r.settings for r in requests}:
+        problem = unsupported(settings)
+        if problem:
+            raise UserError(f"model '{model}' cannot decode with {problem}; use --model hf for it")
 
 
 def uniform(seed: int, step: int) -> float:

@@ -47,7 +47,7 @@ from mmcomp_eval.api.model import Model, ModelCapabilities, ProgressCallback, Re
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.config.model_args import ArgumentOptions
 from mmcomp_eval.errors import UserError
-from mmcomp_eval.models.decoding import clean
+from mmcomp_eval.models.decoding import clean, refuse_unsupported
 from mmcomp_eval.models.http_retry import Cancelled, JsonPoster, RetryPolicy
 from mmcomp_eval.models.registry import MODELS
 from mmcomp_eval.models.vlm import interleave, strip_placeholders
@@ -296,10 +296,7 @@ class OpenAIModel(Model):
     def generate(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None,
                  on_result: ResultCallback | None = None, images: Sequence | None = None) -> list[str]:
         """Answers in request order, reported through ``on_result`` in the order they arrive."""
-        for settings in {r.settings for r in requests}:
-            problem = unsupported(settings)
-            if problem:
-                raise UserError(f"model '{self.name}' cannot decode with {problem}; use --model hf for it")
+        refuse_unsupported(self.name, requests, unsupported)
         for request in requests:
             self._check(request, images is not None and self.capabilities.reads_images)
         results = [""] * len(requests)

@@ -53,7 +53,7 @@ from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.config.model_args import ArgumentOptions
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models.batching import parse_batch_size
-from mmcomp_eval.models.decoding import clean
+from mmcomp_eval.models.decoding import clean, refuse_unsupported
 from mmcomp_eval.models.loading import guarded_load, resolve_pretrained
 from mmcomp_eval.models.registry import MODELS
 from mmcomp_eval.models.vlm import strip_placeholders
@@ -409,10 +409,7 @@ class VLLMCausalLM(Model):
     def generate(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None,
                  on_result: ResultCallback | None = None, images: Sequence | None = None) -> list[str]:
         """Answers in request order, stored call by call (``batch_size`` requests per ``LLM.generate``)."""
-        for settings in {r.settings for r in requests}:
-            problem = unsupported(settings)
-            if problem:
-                raise UserError(f"model '{self.name}' cannot decode with {problem}; use --model hf for it")
+        refuse_unsupported(self.name, requests, unsupported)
         images = self._checked_images(requests, images)
         results = [""] * len(requests)
         size = len(requests) if self.options.batch_size == "auto" else self.options.batch_size
