@@ -227,7 +227,7 @@ def list_tasks(include_paths) -> int:
     for name, t in sorted(index.tasks.items()):
         dataset = f"{t.dataset.name}:{t.dataset.options['split_kind']}" if "split_kind" in t.dataset.options \
             else t.dataset.name
-        print(f"{name:22s} {t.output_type:13s} {dataset:20s} {t.eval_split:10s} {_one_line(t.description)}  "
+        print(f"{name:22s} {t.output_type:13s} {dataset:22s} {t.eval_split:10s} {_one_line(t.description)}  "
               f"{t.source}")
     for name, g in sorted(index.groups.items()):
         print(f"{name:22s} {'group':13s} {', '.join(g.tasks)}  {_one_line(g.description)}")

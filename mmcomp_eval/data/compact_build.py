@@ -78,6 +78,10 @@ class BuildResult:
     cached: bool
 
 
+#: cache folders a stage line already named in this process
+_ANNOUNCED: set[Path] = set()
+
+
 def build_compact(ek100_dir: Path | None = None, params: BuildParams = BuildParams(), *,
                   offline: bool = False, cache_root: Path | None = None, force: bool = False) -> BuildResult:
     params.validate()
@@ -86,7 +90,9 @@ def build_compact(ek100_dir: Path | None = None, params: BuildParams = BuildPara
     root = cache_root or paths.cache_dir() / "compact"
     target = root / key
     if not force and (target / "stats.json").is_file():
-        log.info("CompAct splits from the cache: %s", target)
+        # a run reads several splits (test, then the shots' train): say where they come from once
+        log.log(logging.DEBUG if target in _ANNOUNCED else logging.INFO, "CompAct splits from the cache: %s", target)
+        _ANNOUNCED.add(target)
         return BuildResult(target, json.loads((target / "stats.json").read_text()), cached=True)
     log.info("building CompAct from the EK-100 annotations in %s (MCD split, once; cached in %s)",
              files.train.parent, target)
