@@ -78,10 +78,6 @@ class BuildResult:
     cached: bool
 
 
-#: cache folders a stage line already named in this process
-_ANNOUNCED: set[Path] = set()
-
-
 def build_compact(ek100_dir: Path | None = None, params: BuildParams = BuildParams(), *,
                   offline: bool = False, cache_root: Path | None = None, force: bool = False) -> BuildResult:
     params.validate()
@@ -90,9 +86,7 @@ def build_compact(ek100_dir: Path | None = None, params: BuildParams = BuildPara
     root = cache_root or paths.cache_dir() / "compact"
     target = root / key
     if not force and (target / "stats.json").is_file():
-        # a run reads several splits (test, then the shots' train): say where they come from once
-        log.log(logging.DEBUG if target in _ANNOUNCED else logging.INFO, "CompAct splits from the cache: %s", target)
-        _ANNOUNCED.add(target)
+        log.info("CompAct splits from the cache: %s", target)
         return BuildResult(target, json.loads((target / "stats.json").read_text()), cached=True)
     log.info("building CompAct from the EK-100 annotations in %s (MCD split, once; cached in %s)",
              files.train.parent, target)
