@@ -38,19 +38,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-TASK = """
-task: gpu_check
+#: the task both checks run (a format string: name, template, shots, max_new_tokens, extra lines)
+TASK_TEMPLATE = """
+task: {name}
 dataset: {{name: jsonl, options: {{files: {{test: test.jsonl, train: train.jsonl}}}}}}
 target_field: trg_narration
 answer_kind: narration
 prompt:
-  template: compact_idefics.jinja
+  template: {template}
   instruction: Predict the next narration given 3 sequential previous narrations from a cooking video
 fewshot: {{sampler: random, k: {shots}}}
 generation: {{max_new_tokens: {max_new_tokens}, stop: ["\\n"]}}
 metrics: [exact_match]
-media: {{frames_root: {media}, videos_root: {media}, resize: 256}}
-"""
+{extra}"""
 
 
 def write_inputs(root: Path, n_docs: int, shots: int, max_new_tokens: int, frame_size: tuple[int, int]) -> Path:
@@ -70,8 +70,10 @@ def write_inputs(root: Path, n_docs: int, shots: int, max_new_tokens: int, frame
     tasks.mkdir()
     S.write_jsonl(tasks / "test.jsonl", test)
     S.write_jsonl(tasks / "train.jsonl", pool)
-    (tasks / "gpu_check.yaml").write_text(TASK.format(shots=shots, max_new_tokens=max_new_tokens,
-                                                      media=root / "media"))
+    media = f"media: {{frames_root: {root / 'media'}, videos_root: {root / 'media'}, resize: 256}}\n"
+    (tasks / "gpu_check.yaml").write_text(TASK_TEMPLATE.format(name="gpu_check", template="compact_idefics.jinja",
+                                                               shots=shots, max_new_tokens=max_new_tokens,
+                                                               extra=media))
     return tasks
 
 
@@ -178,18 +180,6 @@ def main(argv=None) -> int:
 
 # -- --backend vllm: hf and vllm on the same text prompts ------------------------------------------------------------
 
-TEXT_TASK = """
-task: gpu_check_text
-dataset: {{name: jsonl, options: {{files: {{test: test.jsonl, train: train.jsonl}}}}}}
-target_field: trg_narration
-answer_kind: narration
-prompt:
-  template: compact_llama2.jinja
-  instruction: Predict the next narration given 3 sequential previous narrations from a cooking video
-fewshot: {{sampler: random, k: {shots}}}
-generation: {{max_new_tokens: {max_new_tokens}, stop: ["\\n"]}}
-metrics: [exact_match]
-"""
 #: random-weight Llama shapes: TinyLlama-1.1B's, and a small one (head size 64, which every vLLM attention kernel takes)
 LLAMA_SHAPES = {
     "1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
@@ -208,7 +198,8 @@ def write_text_inputs(root: Path, n_docs: int, shots: int, max_new_tokens: int) 
     S.write_jsonl(tasks / "test.jsonl", S.compact_docs(n_docs, [f"P{k:02d}_01" for k in range(1, 9)], prefix="t"))
     S.write_jsonl(tasks / "train.jsonl", S.compact_docs(max(n_docs, shots + 1), [f"P{k:02d}_01" for k in range(11, 19)],
                                                         prefix="p"))
-    (tasks / "gpu_check_text.yaml").write_text(TEXT_TASK.format(shots=shots, max_new_tokens=max_new_tokens))
+    (tasks / "gpu_check_text.yaml").write_text(TASK_TEMPLATE.format(
+        name="gpu_check_text", template="compact_llama2.jinja", shots=shots, max_new_tokens=max_new_tokens, extra=""))
     return tasks
 
 
