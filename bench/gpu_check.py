@@ -77,6 +77,22 @@ def write_inputs(root: Path, n_docs: int, shots: int, max_new_tokens: int, frame
     return tasks
 
 
+def timed_predict(prepared, model, cuda: bool) -> tuple[list[str], float]:
+    """Seed 0's answers and their wall seconds; on CUDA the peak-memory counter restarts here."""
+    import torch
+
+    from mmcomp_eval.evaluation.evaluator import predict
+
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    raw, _ = predict(prepared, model, 0, progress=False)
+    if cuda:
+        torch.cuda.synchronize()
+    return list(raw), time.perf_counter() - t0
+
+
 def build_model(args, cuda: bool):
     from mmcomp_eval.media import synthetic as S
     from mmcomp_eval.models import create_model
@@ -119,7 +135,6 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     from mmcomp_eval.errors import UserError
-    from mmcomp_eval.evaluation.evaluator import predict
     from mmcomp_eval.evaluation.prepare import RunOptions, load_media, prepare
     from mmcomp_eval.media.video import DECODES
     from mmcomp_eval.tasks.index import TaskIndex
@@ -147,14 +162,7 @@ def main(argv=None) -> int:
         load_media(prepared, progress=False)
         t_prepare = time.perf_counter() - t0
         n_images = sum(len(pr.images) for pr in prepared.prompts[0])
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        raw, _ = predict(prepared, model, 0, progress=False)
-        if cuda:
-            torch.cuda.synchronize()
-        t_predict = time.perf_counter() - t0
+        raw, t_predict = timed_predict(prepared, model, cuda)
         tok = model.processor.tokenizer
         new_tokens = sum(len(tok(r, add_special_tokens=False).input_ids) for r in raw)
         report = {
@@ -254,21 +262,12 @@ def compare_backends(prepared, builders: Sequence[tuple[str, Callable[[], object
     """
     import torch
 
-    from mmcomp_eval.evaluation.evaluator import predict
-
     runs = []
     for label, build, measured in builders:
         t0 = time.perf_counter()
         model = build()
         load_s = time.perf_counter() - t0
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        raw, _ = predict(prepared, model, 0, progress=False)
-        if cuda:
-            torch.cuda.synchronize()
-        generate_s = time.perf_counter() - t0
+        raw, generate_s = timed_predict(prepared, model, cuda)
         peak = round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda and measured else None
         runs.append(BackendRun(label, load_s, generate_s, list(raw), sum(count_tokens(r) for r in raw), peak))
         del model, raw
