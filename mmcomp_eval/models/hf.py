@@ -26,7 +26,7 @@ from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, Logli
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding, gguf_cache
 from mmcomp_eval.models.batching import run_batches
-from mmcomp_eval.models.loading import context_length, guarded_load, resolve_pretrained
+from mmcomp_eval.models.loading import context_length, guarded_load
 from mmcomp_eval.models.local import EncodedPrompt, LocalModel, checkpoint_revision, pad_on_the_left
 from mmcomp_eval.models.registry import MODELS
 
@@ -72,10 +72,7 @@ class HFCausalLM(LocalModel):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         # Argument checks first: a typo should not cost a model load.
-        weights_kwargs = self.options.weights_kwargs()
-        target = self.options.target_device()
-        source = resolve_pretrained(self.pretrained)
-        load_kwargs: dict[str, Any] = {"revision": self.revision, **self.options.hub_kwargs()}
+        weights_kwargs, target, source, load_kwargs = self._load_arguments()
         gguf_path = self._gguf_path(source) if self.gguf_file else None
         if gguf_path is not None:
             source, load_kwargs = self._gguf_source(gguf_path, use_gguf_cache)

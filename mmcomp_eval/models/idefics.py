@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.models import decoding
-from mmcomp_eval.models.loading import context_length, guarded_load, resolve_pretrained
+from mmcomp_eval.models.loading import context_length, guarded_load
 from mmcomp_eval.models.local import checkpoint_revision, pad_on_the_left
 from mmcomp_eval.models.registry import MODELS
 from mmcomp_eval.models.vlm import VisionLanguageModel, interleave
@@ -64,10 +64,7 @@ class IdeficsAdapter(VisionLanguageModel):
     def _load(self) -> None:
         from transformers import AutoProcessor, IdeficsForVisionText2Text
 
-        weights_kwargs = self.options.weights_kwargs()
-        target = self.options.target_device()
-        source = resolve_pretrained(self.pretrained)
-        common = {"revision": self.revision, **self.options.hub_kwargs()}
+        weights_kwargs, target, source, common = self._load_arguments()
         model = guarded_load(self.pretrained,
                              lambda: IdeficsForVisionText2Text.from_pretrained(source, **common, **weights_kwargs))
         if target is not None:

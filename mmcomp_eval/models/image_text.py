@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding, image_chat
-from mmcomp_eval.models.loading import context_length, guarded_load, resolve_pretrained
+from mmcomp_eval.models.loading import context_length, guarded_load
 from mmcomp_eval.models.local import EncodedPrompt, checkpoint_revision, pad_on_the_left
 from mmcomp_eval.models.registry import MODELS
 from mmcomp_eval.models.vlm import VisionLanguageModel, VisionOptions
@@ -150,10 +150,7 @@ class ImageTextAdapter(VisionLanguageModel):
         from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
         # Argument checks, the config and the processor first: a mistake should not cost a weights load.
-        weights_kwargs = self.options.weights_kwargs()
-        target = self.options.target_device()
-        source = resolve_pretrained(self.pretrained)
-        common = {"revision": self.revision, **self.options.hub_kwargs()}
+        weights_kwargs, target, source, common = self._load_arguments()
         config = guarded_load(self.pretrained, lambda: AutoConfig.from_pretrained(source, **common))
         if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
             raise UserError(f"'{self.pretrained}' is a {config.model_type} model, which transformers' "

@@ -32,7 +32,7 @@ from mmcomp_eval.config.model_args import ArgumentOptions
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding
 from mmcomp_eval.models.batching import DEFAULT_MAX_BATCH, BatchSizer, parse_batch_size, run_batches
-from mmcomp_eval.models.loading import resolve_device
+from mmcomp_eval.models.loading import resolve_device, resolve_pretrained
 
 if TYPE_CHECKING:
     import torch
@@ -170,6 +170,9 @@ class LocalModel(Model):
     #: the dataclass of the ``**options`` this adapter accepts (read by ``coerce_kwargs``)
     options_type: ClassVar[type[LocalOptions]] = LocalOptions
 
+    #: the checkpoint (Hub id, folder or ``pkg:`` reference) and revision a subclass sets before loading
+    pretrained: str
+    revision: str | None = None
     model: Any
     tokenizer: Any
     device: torch.device
@@ -190,6 +193,20 @@ class LocalModel(Model):
         self._sizer = BatchSizer(parse_batch_size(value), self.options.max_batch_size)
 
     # -- generation ----------------------------------------------------------------------------------------
+
+    def _load_arguments(self) -> tuple[dict[str, Any], torch.device | None, str, dict[str, Any]]:
+        """What ``_load`` passes to ``from_pretrained``: (weights kwargs, target device, source, hub kwargs).
+
+        Computed before anything is read, so a mistake in the arguments costs
+        no load. The weights kwargs (dtype, device map, quantisation) go to the
+        model's call only; the hub kwargs (revision, offline, trust_remote_code)
+        to every call (model, tokenizer, processor); the target device is
+        where to move the model, None when a device map placed it.
+        """
+        weights_kwargs = self.options.weights_kwargs()
+        target = self.options.target_device()
+        source = resolve_pretrained(self.pretrained)
+        return weights_kwargs, target, source, {"revision": self.revision, **self.options.hub_kwargs()}
 
     def _generate_requests(self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None,
                            on_result: ResultCallback | None, images: Sequence | None = None) -> list[str]:
