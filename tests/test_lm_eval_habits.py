@@ -150,6 +150,9 @@ def test_predict_only_stores_answers_and_a_rerun_scores_them(user_tasks, tmp_pat
     samples = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     assert [s["prediction"] for s in samples] == ["knife", "plate", "onion", "board", "pan", "spoon"]
     assert all(s["scores"] == {} for s in samples)
+    from mmcomp_eval.evaluation.report import markdown_table
+
+    assert "| echo_task | test | 6 | 2 | (not scored: --predict-only;" in markdown_table(first)
 
     fresh = CountingEcho()
     second = evaluate(fresh, "echo_task", include_paths=[user_tasks], cache_dir=store, progress=False)
