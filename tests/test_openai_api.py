@@ -274,7 +274,7 @@ def test_run_end_to_end_through_the_response_store(tmp_path, capsys, monkeypatch
         assert len(server.received) == len(WORDS)  # every answer came from the store
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["tasks"]["echo_task"]["metrics"]["exact_match"]["mean"] == pytest.approx(100.0)
-    assert results["model"]["fingerprint"] == {"name": "openai-chat", "server": f"127.0.0.1:{server.port}",
+    assert results["model"]["fingerprint"] == {"name": "openai-chat", "server": f"127.0.0.1:{server.port}/v1",
                                                "endpoint": "chat/completions", "model": "x", "images": True,
                                                "image_format": "png"}
     assert results["cache"]["misses"] == len(WORDS)
@@ -376,13 +376,19 @@ def test_bad_arguments_are_one_line_before_anything_runs(tmp_path, capsys, args,
 def test_the_fingerprint_names_the_server_and_model_but_not_the_key(monkeypatch, online):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     a = create_model("openai-chat", "base_url=http://127.0.0.1:8000/v1,model=m")
-    assert a.fingerprint() == {"name": "openai-chat", "server": "127.0.0.1:8000", "endpoint": "chat/completions",
+    assert a.fingerprint() == {"name": "openai-chat", "server": "127.0.0.1:8000/v1", "endpoint": "chat/completions",
                                "model": "m", "images": True, "image_format": "png"}
     assert create_model("openai-chat", "base_url=http://127.0.0.1:8000/v1/,model=m").fingerprint() == a.fingerprint()
     assert create_model("openai-chat", "base_url=http://127.0.0.1:8001/v1,model=m").fingerprint() != a.fingerprint()
     assert create_model("openai-completions", "base_url=https://api.example.com/v1,model=m").fingerprint() == {
-        "name": "openai-completions", "server": "api.example.com:443", "endpoint": "completions", "model": "m"}
+        "name": "openai-completions", "server": "api.example.com:443/v1", "endpoint": "completions", "model": "m"}
     assert "sk-secret" not in json.dumps(a.fingerprint())
+    # gateways route models by path under one model name (TGI's "tgi"): the path is part of the identity
+    tgi = "base_url=https://api-inference.huggingface.co/models/{}/v1,model=tgi"
+    assert create_model("openai-chat", tgi.format("meta-llama/Meta-Llama-3-8B-Instruct")).fingerprint() != \
+        create_model("openai-chat", tgi.format("Qwen/Qwen2.5-7B-Instruct")).fingerprint()
+    assert "user:pw" not in json.dumps(create_model("openai-chat", "base_url=http://user:pw@127.0.0.1:8000/v1,model=m")
+                                       .fingerprint())
     # lm-eval's habit of naming the endpoint in base_url
     full = create_model("openai-completions", "base_url=http://127.0.0.1:8000/v1/completions,model=m")
     assert full.server.url == "http://127.0.0.1:8000/v1/completions"

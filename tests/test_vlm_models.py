@@ -9,6 +9,7 @@ and the checks that fail a run before any work.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -450,3 +451,48 @@ def test_flamingo_checkpoint_names_and_errors(env, tmp_path, capsys):
     assert rc == 2 and "does not exist" in err
     rc, err = run_cli(capsys, env, "open_flamingo", f"checkpoint={env['of_mpt']}", "vlm_task")
     assert rc == 2 and "needs --model-args lang_encoder=" in err
+
+
+def test_flamingo_identity_covers_every_part_and_its_format(env, tmp_path, capsys):
+    """The store must not hand one model's answers to another: LM, vision tower, tokenizer and format all count."""
+    from mmcomp_eval.models.flamingo.adapter import FlamingoAdapter, OtterAdapter
+
+    a = create_model("open_flamingo", of_args(env))
+    fp = a.fingerprint()
+    assert fp["sources"]["lang_encoder"]["given"] == str(env["of_mpt"] / "lang")
+    assert fp["sources"]["vision_encoder"]["weights_stat"] and fp["sources"]["checkpoint"]["weights_stat"]
+    # the same checkpoint.pt over another language model is another model
+    twin = save_random_flamingo(tmp_path / "of_mpt_seed1", S.corpus(), "openflamingo", "mpt", seed=1)
+    other = create_model("open_flamingo", of_args(env, lang_encoder=twin / "lang"))
+    assert other.fingerprint()["sources"]["lang_encoder"] != fp["sources"]["lang_encoder"]
+    # the weights' format, not the adapter's name, picks the original decoding and prompt
+    assert FlamingoAdapter.defaults_for({"checkpoint_format": "otter"}) == OtterAdapter.defaults
+    assert OtterAdapter.defaults_for({"checkpoint_format": "openflamingo"}) == FlamingoAdapter.defaults
+    otter_via_of = create_model("open_flamingo", f"checkpoint={env['otter']},checkpoint_format=otter,dtype=float32")
+    assert otter_via_of.defaults == OtterAdapter.defaults
+    # a folder of another architecture as the vision tower is refused, not loaded as a random CLIP
+    with pytest.raises(UserError, match="is not a CLIP vision checkpoint"):
+        create_model("open_flamingo", of_args(env, vision_encoder=env["idefics"]))
+
+
+def test_local_folders_written_over_and_unnamed_models_in_memory(env, tmp_path):
+    import shutil
+
+    from mmcomp_eval.evaluation.evaluate import evaluate
+    from mmcomp_eval.models.idefics import IdeficsAdapter
+
+    folder = tmp_path / "idefics"
+    shutil.copytree(env["idefics"], folder)
+    before = create_model("idefics", idefics_args(env, pretrained=folder)).fingerprint()["weights_stat"]
+    weights = next(folder.glob("*.safetensors"))
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # written over by a later training run
+    assert create_model("idefics", idefics_args(env, pretrained=folder)).fingerprint()["weights_stat"] != before
+    # a model handed over in memory without a name: its answers are computed, never stored
+    loaded = create_model("idefics", idefics_args(env))
+    unnamed = IdeficsAdapter.from_loaded(loaded.model, loaded.processor)
+    run = dict(include_paths=[env["tasks"]], limit=2, cache_dir=tmp_path / "store", progress=False)
+    first = evaluate(unnamed, ["vlm_task"], **run)
+    assert first["cache"]["enabled"] is False
+    named = IdeficsAdapter.from_loaded(loaded.model, loaded.processor, pretrained="my-idefics-run-3")
+    assert evaluate(named, ["vlm_task"], **run)["cache"]["misses"] == 2

@@ -72,6 +72,11 @@ class ModelDefaults:
     prompt_variant: str | None = None
 
 
+#: ``pretrained`` of a model handed over already loaded without a name: nothing identifies its weights, so
+#: its answers are not stored (a later run with other weights would get them back)
+IN_MEMORY = "<in memory>"
+
+
 class Model:
     """A model answers batches of requests.
 
@@ -100,6 +105,15 @@ class Model:
         ``capabilities`` turn out different from what this promised.
         """
         return cls.capabilities
+
+    @classmethod
+    def defaults_for(cls, args: Mapping[str, Any]) -> ModelDefaults:
+        """The decoding and prompt defaults an instance built with ``args`` will have, without building it.
+
+        The class attribute unless an adapter's arguments choose the original
+        code it follows (OpenFlamingo or Otter weights through one adapter).
+        """
+        return cls.defaults
 
     def generate(
         self, requests: Sequence[GenerationRequest], progress: ProgressCallback | None = None

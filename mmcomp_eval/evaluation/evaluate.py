@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mmcomp_eval.api.model import Model, ModelCapabilities, ModelDefaults
+from mmcomp_eval.api.model import IN_MEMORY, Model, ModelCapabilities, ModelDefaults
 from mmcomp_eval.config.model_args import accepted_arguments, parse_model_args
 from mmcomp_eval.config.task_config import TaskConfig, parse_generation_overrides
 from mmcomp_eval.errors import UserError
@@ -92,7 +92,7 @@ class ModelTarget:
         if offline and "offline" in params and "offline" not in args:
             args["offline"] = True
         adapter, kwargs = MODELS.resolve(model, args)
-        return cls(model, args, adapter.capabilities_for(kwargs), adapter.defaults, adapter, kwargs)
+        return cls(model, args, adapter.capabilities_for(kwargs), adapter.defaults_for(kwargs), adapter, kwargs)
 
     def plan(self) -> ModelPlan:
         return ModelPlan(self.name, self.capabilities, self.defaults)
@@ -184,6 +184,12 @@ def evaluate(
                 return _launch(num_processes, writer, spec)
             built = target.build()
             info = {"name": target.name, "args": target.args, "fingerprint": built.fingerprint()}
+            if store is not None and info["fingerprint"].get("pretrained") == IN_MEMORY:
+                log.warning("model %s was handed over in memory without a name: its answers are not stored "
+                            "(give from_loaded a pretrained= name that identifies the weights to store them)",
+                            target.name)
+                store.close()
+                store = None
             if store is not None:
                 from mmcomp_eval.runtime.caching_model import CachingModel, cache_identity
 

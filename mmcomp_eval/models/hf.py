@@ -26,7 +26,7 @@ from mmcomp_eval.api.request import GenerationRequest, GenerationSettings, Logli
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding, gguf_cache
 from mmcomp_eval.models.batching import run_batches
-from mmcomp_eval.models.loading import context_length, guarded_load
+from mmcomp_eval.models.loading import context_length, guarded_load, local_weights_stat
 from mmcomp_eval.models.local import EncodedPrompt, LocalModel, checkpoint_revision, pad_on_the_left
 from mmcomp_eval.models.registry import MODELS
 
@@ -266,7 +266,7 @@ class HFCausalLM(LocalModel):
             "revision": checkpoint_revision(self.model, self.revision),
             "gguf_file": self.gguf_file,
             "gguf_sha256": self.gguf_sha256,
-            "weights_stat": None if self.gguf_sha256 else _local_weights_stat(self.loaded_from),
+            "weights_stat": None if self.gguf_sha256 else local_weights_stat(self.loaded_from),
             "architecture": type(self.model).__name__,
             # A different tokenizer or chat template changes answers of the same weights.
             "tokenizer": self.tokenizer_source,
@@ -281,25 +281,6 @@ def _sha256_text(text) -> str | None:
     return hashlib.sha256(str(text).encode()).hexdigest() if text else None
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model")
-
-
-def _local_weights_stat(folder: str) -> str | None:
-    """A cheap identity of a local checkpoint folder: names, sizes and mtimes of its files.
-
-    Local folders have no Hub commit, and hashing gigabytes of weights on
-    every run is too slow; a retrained checkpoint written over the old one
-    changes sizes or mtimes, so cached answers of the old one are not reused.
-    """
-    path = Path(folder) if folder else None
-    if path is None or not path.is_dir():
-        return None
-    h = hashlib.sha256()
-    for f in sorted(path.iterdir()):
-        if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES):
-            st = f.stat()
-            h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
 
 
 @contextlib.contextmanager

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mmcomp_eval.api.model import IN_MEMORY
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.models import decoding
-from mmcomp_eval.models.loading import context_length, guarded_load
+from mmcomp_eval.models.loading import context_length, guarded_load, local_weights_stat
 from mmcomp_eval.models.local import checkpoint_revision, pad_on_the_left
 from mmcomp_eval.models.registry import MODELS
 from mmcomp_eval.models.vlm import VisionLanguageModel, interleave
@@ -51,7 +52,7 @@ class IdeficsAdapter(VisionLanguageModel):
         self._load()
 
     @classmethod
-    def from_loaded(cls, model, processor, pretrained: str = "<in memory>", batch_size: int = 4,
+    def from_loaded(cls, model, processor, pretrained: str = IN_MEMORY, batch_size: int = 4,
                     images: bool = True, max_images: int | None = None) -> IdeficsAdapter:
         """An adapter around a model already in memory (GPU checks build a random 9B without saving it)."""
         self = cls.__new__(cls)
@@ -65,6 +66,7 @@ class IdeficsAdapter(VisionLanguageModel):
         from transformers import AutoProcessor, IdeficsForVisionText2Text
 
         weights_kwargs, target, source, common = self._load_arguments()
+        self.loaded_from = source
         model = guarded_load(self.pretrained,
                              lambda: IdeficsForVisionText2Text.from_pretrained(source, **common, **weights_kwargs))
         if target is not None:
@@ -130,6 +132,7 @@ class IdeficsAdapter(VisionLanguageModel):
             **super().fingerprint(),
             "pretrained": self.pretrained,
             "revision": checkpoint_revision(self.model, self.revision),
+            "weights_stat": local_weights_stat(self.loaded_from),  # a local folder written over is another model
             "architecture": type(self.model).__name__,
             "bad_words": list(BANNED_TOKENS),
         }

@@ -32,10 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mmcomp_eval.api.model import IN_MEMORY
 from mmcomp_eval.api.request import GenerationRequest, GenerationSettings
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import decoding, image_chat
-from mmcomp_eval.models.loading import context_length, guarded_load
+from mmcomp_eval.models.loading import context_length, guarded_load, local_weights_stat
 from mmcomp_eval.models.local import EncodedPrompt, checkpoint_revision, pad_on_the_left
 from mmcomp_eval.models.registry import MODELS
 from mmcomp_eval.models.vlm import VisionLanguageModel, VisionOptions
@@ -131,7 +132,7 @@ class ImageTextAdapter(VisionLanguageModel):
         self._load()
 
     @classmethod
-    def from_loaded(cls, model, processor, pretrained: str = "<in memory>",
+    def from_loaded(cls, model, processor, pretrained: str = IN_MEMORY,
                     **options: Any) -> ImageTextAdapter:
         """An adapter around a model and processor already in memory (tests, GPU checks without weights)."""
         self = cls.__new__(cls)
@@ -151,6 +152,7 @@ class ImageTextAdapter(VisionLanguageModel):
 
         # Argument checks, the config and the processor first: a mistake should not cost a weights load.
         weights_kwargs, target, source, common = self._load_arguments()
+        self.loaded_from = source
         config = guarded_load(self.pretrained, lambda: AutoConfig.from_pretrained(source, **common))
         if config.model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
             raise UserError(f"'{self.pretrained}' is a {config.model_type} model, which transformers' "
@@ -264,6 +266,7 @@ class ImageTextAdapter(VisionLanguageModel):
             **super().fingerprint(),
             "pretrained": self.pretrained,
             "revision": checkpoint_revision(self.model, self.revision),
+            "weights_stat": local_weights_stat(self.loaded_from),  # a local folder written over is another model
             "architecture": type(self.model).__name__,
             "model_type": self.model.config.model_type,
             "prompt_format": self.options.prompt_format,

@@ -11,6 +11,7 @@ torch, transformers and huggingface_hub are imported inside the functions.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from collections.abc import Callable
@@ -60,13 +61,30 @@ def guarded_load(what: str, load: Callable[[], T], arg: str = "pretrained") -> T
     try:
         return load()
     except (OSError, EntryNotFoundError) as exc:
-        reason = " ".join(str(exc).split())
-        reason = reason[:200] + ("..." if len(reason) > 200 else "")
+        if Path(what).expanduser().exists():  # a local folder: downloading is no advice
+            raise UserError(f"cannot load checkpoint '{what}': {_reason(exc)} -- check that the folder holds "
+                            f"the model's files, or give another with --model-args {arg}=...") from exc
         raise UserError(
-            f"cannot load checkpoint '{what}': {reason} -- give a local copy with "
+            f"cannot load checkpoint '{what}': {_reason(exc)} -- give a local copy with "
             f"--model-args {arg}=/local/path, or fetch it where there is network with "
             f"`huggingface-cli login` and `huggingface-cli download {what}` (or `hf download`)"
         ) from exc
+    except (ValueError, KeyError) as exc:
+        # transformers' words for a folder without config.json or with a model_type it does not know
+        text = str(exc)
+        config_words = ("Unrecognized", "model_type", "does not recognize")
+        if not isinstance(exc, KeyError) and not any(w in text for w in config_words):
+            raise
+        import transformers
+
+        raise UserError(f"cannot load checkpoint '{what}': no config.json with a model type transformers "
+                        f"{transformers.__version__} knows ({_reason(exc)}); give --model-args {arg}= a "
+                        "transformers checkpoint folder or Hub id") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    reason = " ".join(str(exc).split())
+    return reason[:200] + ("..." if len(reason) > 200 else "")
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -95,3 +113,25 @@ def context_length(config: Any, tokenizer: Any = None) -> int:
             return value
     value = getattr(tokenizer, "model_max_length", None)
     return value if isinstance(value, int) and 0 < value < 1_000_000 else DEFAULT_CONTEXT_LENGTH
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".json", ".model")
+
+
+def local_weights_stat(folder: str | None) -> str | None:
+    """A cheap identity of a local checkpoint folder: names, sizes and mtimes of its files.
+
+    Local folders have no Hub commit, and hashing gigabytes of weights on
+    every run is too slow; a retrained checkpoint written over the old one
+    changes sizes or mtimes, so cached answers of the old one are not reused.
+    None for a Hub id (its commit identifies it) and for no folder.
+    """
+    path = Path(folder) if folder else None
+    if path is None or not path.is_dir():
+        return None
+    h = hashlib.sha256()
+    for f in sorted(path.iterdir()):
+        if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES):
+            st = f.stat()
+            h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()

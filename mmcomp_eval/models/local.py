@@ -173,6 +173,8 @@ class LocalModel(Model):
     #: the checkpoint (Hub id, folder or ``pkg:`` reference) and revision a subclass sets before loading
     pretrained: str
     revision: str | None = None
+    #: the folder the weights were read from (``pkg:`` resolved); None for a model handed over in memory
+    loaded_from: str | None = None
     model: Any
     tokenizer: Any
     device: torch.device

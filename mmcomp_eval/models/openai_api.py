@@ -167,9 +167,15 @@ class Server:
 
     @property
     def address(self) -> str:
-        """``host:port``: the server's identity in fingerprints (the path and any key are not)."""
+        """``host:port/path``: the server's identity in fingerprints.
+
+        The path is part of it (gateways route different models by path under
+        one model name, e.g. TGI's ``tgi``); user info, query and fragment
+        are not (they may hold credentials).
+        """
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        path = urllib.parse.urlsplit(self.base_url).path.rstrip("/")
+        return f"{host}:{self.port}{path}"
 
     def check_allowed(self, offline: bool) -> None:
         if offline and not self.loopback:

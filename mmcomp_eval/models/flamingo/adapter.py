@@ -20,6 +20,7 @@ Each adapter behaves as its original code does (``docs/flamingo.md``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mmcomp_eval.api.model import ModelDefaults
@@ -36,7 +37,7 @@ from mmcomp_eval.models.flamingo.loading import (
 )
 from mmcomp_eval.models.flamingo.prompt import END_OF_CHUNK, chunked
 from mmcomp_eval.models.flamingo.vision import VISION_FEATURES
-from mmcomp_eval.models.loading import context_length
+from mmcomp_eval.models.loading import context_length, local_weights_stat
 from mmcomp_eval.models.local import pad_on_the_left
 from mmcomp_eval.models.registry import MODELS
 from mmcomp_eval.models.vlm import VisionLanguageModel
@@ -45,6 +46,16 @@ from mmcomp_eval.tasks.prompting import IMAGE_PLACEHOLDER
 if TYPE_CHECKING:
     import torch
     from PIL import Image
+
+
+#: each original code's decoding and prompt format, by checkpoint format
+FORMAT_DEFAULTS = {
+    # OpenFlamingo's evaluation (``open_flamingo/eval/evaluate.py``): 3 beams, no length normalisation
+    "openflamingo": ModelDefaults(generation={"num_beams": 3, "length_penalty": 0.0}),
+    # Otter's demos (``pipeline/demos/interactive/otter_image*.py``): 3 beams, no repeated 3-grams;
+    # its in-context format ``<image>User: ... GPT:<answer> ...<|endofchunk|>``
+    "otter": ModelDefaults(generation={"num_beams": 3, "no_repeat_ngram_size": 3}, prompt_variant="otter"),
+}
 
 
 @MODELS.register("open_flamingo", aliases=("openflamingo",))
@@ -56,8 +67,12 @@ class FlamingoAdapter(VisionLanguageModel):
 
     name = "open_flamingo"
     default_format = "openflamingo"
-    #: OpenFlamingo's evaluation (``open_flamingo/eval/evaluate.py``): 3 beams, no length normalisation
-    defaults = ModelDefaults(generation={"num_beams": 3, "length_penalty": 0.0})
+    defaults = FORMAT_DEFAULTS["openflamingo"]
+
+    @classmethod
+    def defaults_for(cls, args: Mapping[str, Any]) -> ModelDefaults:
+        """The weights' format decides whose original decoding and prompt apply, not the adapter's name."""
+        return FORMAT_DEFAULTS.get(args.get("checkpoint_format") or cls.default_format, cls.defaults)
 
     def __init__(
         self,
@@ -77,7 +92,14 @@ class FlamingoAdapter(VisionLanguageModel):
         if fmt not in FORMATS:
             raise UserError(f"model argument checkpoint_format={fmt!r} is not one of {', '.join(FORMATS)}")
         self.format = fmt
+        self.defaults = FORMAT_DEFAULTS[fmt]
         self.checkpoint = checkpoint
+        # what else the answers depend on: the frozen LM, vision tower and tokenizer that OpenFlamingo's
+        # checkpoint.pt does not hold (Otter's folder holds them all), each with its local folder's identity
+        parts = {"lang_encoder": lang_encoder, "vision_encoder": vision_encoder, "tokenizer": tokenizer} \
+            if fmt == "openflamingo" else {"tokenizer": tokenizer}
+        self.sources = {k: {"given": v, "weights_stat": local_weights_stat(v)} for k, v in
+                        {**parts, "checkpoint": checkpoint}.items()}
         weights = self.options.weights_kwargs()
         target = self.options.target_device()
         files_only = self.options.files_only
@@ -158,12 +180,13 @@ class FlamingoAdapter(VisionLanguageModel):
     def fingerprint(self) -> dict[str, Any]:
         return {
             **super().fingerprint(),
-            "checkpoint": self.checkpoint, "format": self.format,
+            "checkpoint": self.checkpoint, "format": self.format, "sources": self.sources,
             "cross_attn_every_n_layers": self.model.cross_attn_every_n_layers,
             "vision_features": self.model.vision_features,
             "image_transform": self.image_transform.describe(),
             "generated_tokens_attend": self.model.generated_tokens_attend,
             "language_model": type(self.model.lang_encoder).__name__, "loaded": self.load_info,
+            "lang_commit": getattr(self.model.lang_encoder.config, "_commit_hash", None),
         }
 
 
@@ -173,9 +196,7 @@ class OtterAdapter(FlamingoAdapter):
 
     name = "otter"
     default_format = "otter"
-    #: Otter's demos (``pipeline/demos/interactive/otter_image*.py``): 3 beams, no repeated 3-grams;
-    #: its in-context format ``<image>User: ... GPT:<answer> ...<|endofchunk|>``
-    defaults = ModelDefaults(generation={"num_beams": 3, "no_repeat_ngram_size": 3}, prompt_variant="otter")
+    defaults = FORMAT_DEFAULTS["otter"]
 
 
 _OF = "openai/clip-vit-large-patch14"

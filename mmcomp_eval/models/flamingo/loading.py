@@ -97,7 +97,13 @@ def load_openflamingo(ckpt: Path, lang_id: str, tok_id: str, vision_id: str, eve
         torch.manual_seed(0)
         lm.resize_token_embeddings(len(tokenizer), mean_resizing=False)
     dtype = weights["dtype"]
-    vision = guarded_load(vision_id, lambda: CLIPVisionModel.from_pretrained(vis_src, dtype=dtype, **files_only))
+    vision, report = guarded_load(vision_id, lambda: CLIPVisionModel.from_pretrained(
+        vis_src, dtype=dtype, output_loading_info=True, **files_only), arg="vision_encoder")
+    missing = [k for k in report.get("missing_keys", ()) if "position_ids" not in k]
+    if missing:  # another architecture's folder loads "successfully" as a random tower
+        raise UserError(f"vision_encoder '{vision_id}' is not a CLIP vision checkpoint: {len(missing)} of its "
+                        f"weights are missing (e.g. {missing[0]}); give a CLIP model such as "
+                        "openai/clip-vit-large-patch14")
     model = Flamingo(vision, lm, tokenizer.convert_tokens_to_ids(IMAGE_PLACEHOLDER), every_n, features)
     model.perceiver.to(dtype)
     model.gated_cross_attn_layers.to(dtype)
