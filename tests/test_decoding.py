@@ -300,6 +300,12 @@ def test_model_decoding_defaults_fill_only_what_task_and_gen_kwargs_leave(tmp_pa
                                                                  "metrics")},
                                 "generation": GenerationSettings(num_beams=2)})
     assert with_model_generation_defaults(python_task, openflamingo, ())[1] == {"length_penalty": 0.0}
+    # a length penalty alone is fine for a model whose defaults bring the beams, and refused for one without
+    penalised = with_generation_overrides(task, {"length_penalty": 0.5}, openflamingo)
+    out, applied = with_model_generation_defaults(penalised, openflamingo, ("length_penalty",))
+    assert applied == {"num_beams": 3} and (out.generation.num_beams, out.generation.length_penalty) == (3, 0.5)
+    with pytest.raises(UserError, match="length_penalty"):
+        with_generation_overrides(task, {"length_penalty": 0.5})
 
 
 def test_bad_gen_kwargs_fail_before_the_model_loads(tmp_path, capsys):

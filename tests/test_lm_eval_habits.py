@@ -212,3 +212,23 @@ def test_compact_runs_say_where_the_splits_come_from(reference_ek100, tmp_path, 
     assert "CompAct splits from the cache: " in err or "building CompAct from the EK-100 annotations" in err
     assert "task compact_verb seed 0: gold reads 2 documents" in err
     assert "| compact_verb | test | 2 | 0 | exact_match | 100.00 | 0.00 | 0.00 | 1 |" in out  # gold: no prompt, no shots
+
+
+def test_greedy_as_lm_eval_writes_it_and_run_options_checked_for_every_task(user_tasks, tmp_path, capsys):
+    run = dict(include_paths=[user_tasks], no_cache=True, progress=False)
+    # lm-eval's greedy: temperature=0 (its HF model samples only above 0), alone or with do_sample=false
+    for gen in ("temperature=0", "do_sample=false,temperature=0"):
+        results = evaluate(CountingEcho(), "echo_task", gen_kwargs=gen, **run)
+        assert results["tasks"]["echo_task"]["generation"]["do_sample"] is False
+        assert results["tasks"]["echo_task"]["generation"]["temperature"] == 1.0  # the built-in default, unused
+    # an unknown sampler or a negative seed is refused even where no task draws shots with it
+    with pytest.raises(UserError, match="unknown few-shot sampler 'bogus'"):
+        evaluate(CountingEcho(), "echo_task", sampler="bogus", **run)
+    with pytest.raises(UserError, match="--seed -5: expected a whole number, 0 or more"):
+        evaluate(CountingEcho(), "echo_task", seeds=[-5], **run)
+    # lm-eval's --use_cache names the folder of answers kept between runs: ours is the response store
+    store = tmp_path / "lm_eval_cache"
+    rc, _, err = run_cli(capsys, "--model", "hf", "--model-args", f"pretrained={tmp_path / 'missing'}",
+                         "--tasks", "echo_task", "--include-path", str(user_tasks), "--use_cache", str(store),
+                         "--no-progress")
+    assert rc == 2 and "does not exist" in err and store.is_dir()  # the store was opened there before the load

@@ -399,3 +399,13 @@ def test_old_commands_are_aliases(clip_dir, gallery, capsys):
     assert "mR1 (1 datasets)" in (gallery / "report" / "report.md").read_text()
     assert main(["retrieval", "--dataset", "msvd"]) == 2
     assert "give --videos-dir" in capsys.readouterr().err
+
+
+def test_validate_a_retrieval_task_and_clip_text_length_limits(clip_dir, data_root, capsys):
+    from mmcomp_eval.tasks.index import BUILTIN_TASKS
+
+    rc = main(["validate", str(BUILTIN_TASKS / "retrieval" / "msrvtt_1ka_retrieval.yaml")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "task 'msrvtt_1ka_retrieval' OK (retrieval: 1000 test captions of 1000 videos" in out
+    with pytest.raises(UserError, match="max_length=100: this CLIP's text tower has 77 positions"):
+        create_model("clip", {"pretrained": str(clip_dir), "max_length": 100})

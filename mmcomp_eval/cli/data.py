@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from mmcomp_eval.data.compact_build import HELDOUT_SPLITS, SPLIT_KINDS, BuildParams, build_compact, load_split
+from mmcomp_eval.errors import UserError
 from mmcomp_eval.models.mrh import mrh_atom_scores
 
 #: CompAct paper, Table 2 (test split): MRH verb EM / CA, noun EM / CA.
@@ -46,7 +47,11 @@ def run_build(args: argparse.Namespace) -> int:
                          compound_scope=args.compound_scope, heldout_split=args.heldout_split)
     result = build_compact(args.ek100_dir, params, offline=args.offline, force=args.force)
     if args.output_dir is not None:
-        shutil.copytree(result.directory, args.output_dir, dirs_exist_ok=True)
+        try:
+            shutil.copytree(result.directory, args.output_dir, dirs_exist_ok=True)
+        except OSError as exc:  # a file in the way, a read-only place: the build itself is cached
+            raise UserError(f"--output-dir {args.output_dir}: cannot copy the splits there "
+                            f"({exc.strerror or exc}); give a folder you can write to") from None
     print(format_summary(result))
     return 0
 

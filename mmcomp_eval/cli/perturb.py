@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from mmcomp_eval.runtime import atomic_files
+from mmcomp_eval.config.task_config import default_spacy_model
 from mmcomp_eval.data.captions import load_caption_dataset
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.perturb.kinds import KINDS, UNCHANGED_WHEN
@@ -39,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output-dir", type=Path, required=True)
     p.add_argument("--data-dir", type=Path, default=None,
                    help="folder with the dataset's files (default: $MMCOMP_DATA_DIR/<dataset>)")
-    p.add_argument("--spacy-model", default=DEFAULT_SPACY_MODEL, help="spaCy pipeline for POS tags and lemmas")
+    p.add_argument("--spacy-model", default=None,
+                   help=f"spaCy pipeline for POS tags and lemmas (default: $MMCOMP_SPACY_MODEL, else {DEFAULT_SPACY_MODEL})")
     p.add_argument("--lexicon", choices=LEXICON_CHOICES, default="auto",
                    help="synonym/antonym filter for replacements (auto: WordNet when installed)")
     p.add_argument("--pos-roles", choices=tuple(POS_ROLES), default=DEFAULT_POS_ROLES,
@@ -51,7 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run_perturb(args: argparse.Namespace) -> int:
     kinds = resolve_kinds([k.strip() for arg in args.kind for k in arg.split(",") if k.strip()])
     ds = load_caption_dataset(args.dataset, args.split, args.data_dir)
-    run = perturb_captions(ds.captions, kinds, seed=args.seed, keys=ds.caption_ids, spacy_model=args.spacy_model,
+    run = perturb_captions(ds.captions, kinds, seed=args.seed, keys=ds.caption_ids,
+                           spacy_model=args.spacy_model or default_spacy_model(),
                            lexicon=args.lexicon, pos_roles=args.pos_roles,
                            vocabulary=dataset_vocabulary(args.dataset, args.data_dir))
     out = args.output_dir

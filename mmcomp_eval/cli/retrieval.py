@@ -136,7 +136,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     text = compare.retrieval_report(runs)
     if not text:
         raise UserError("none of these runs has a retrieval task (output_type: retrieval)")
-    args.output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_files.make_folder(args.output_dir, "--output-dir")
     written = report.figures([(r.label, r.results) for r in runs], args.output_dir, args.direction)
     figures = "".join(f"![{p.stem}]({p.name})\n\n" for p in written)
     target = args.output_dir / "report.md"

@@ -62,14 +62,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--predict-only", "--predict_only", action="store_true",
                      help="generate and store the answers without scoring them (no metric is built, so no "
                           "scorer model is needed); rerun without it to score the stored answers")
-    run.add_argument("--batch-size", "--batch_size", default=None,
+    run.add_argument("--batch-size", "--batch_size", default=None, type=_batch_size,
                      help="requests per forward pass for local models: N, or auto (largest that fits, "
                           "backing off on out-of-memory); overrides --model-args batch_size")
     run.add_argument("--device", default=None,
                      help="where a local model runs (cpu, cuda, cuda:1, mps): the model's device argument, "
                           "overriding --model-args device")
-    run.add_argument("--cache-dir", type=Path, default=None,
-                     help="folder of the response store that makes runs resumable "
+    run.add_argument("--cache-dir", "--use_cache", "--use-cache", dest="cache_dir", type=Path, default=None,
+                     help="folder of the response store that makes runs resumable (lm-eval's --use_cache) "
                           "(default: $MMCOMP_CACHE_DIR/responses, else ~/.cache/mmcomp_eval/responses)")
     run.add_argument("--no-cache", action="store_true", help="neither read nor write the response store")
     run.add_argument("--num-processes", type=int, default=1,
@@ -219,18 +219,24 @@ def _check_lm_eval_flags(args: argparse.Namespace) -> None:
                         "drop --no-cache or add --output-path")
 
 
+def _batch_size(text: str) -> int | str:
+    """``N`` as a number (results.json records what the model got), ``auto``/``auto:N`` as written."""
+    return int(text) if text.isdigit() else text
+
+
 def list_tasks(include_paths) -> int:
     """Each task with its output type, dataset, split, description and file (last); then the groups."""
     from mmcomp_eval.tasks.index import TaskIndex
 
     index = TaskIndex.build(tuple(include_paths))
+    width = max([22, *map(len, index.tasks), *map(len, index.groups)])
     for name, t in sorted(index.tasks.items()):
         dataset = f"{t.dataset.name}:{t.dataset.options['split_kind']}" if "split_kind" in t.dataset.options \
             else t.dataset.name
-        print(f"{name:22s} {t.output_type:13s} {dataset:22s} {t.eval_split:10s} {_one_line(t.description)}  "
+        print(f"{name:{width}s} {t.output_type:13s} {dataset:22s} {t.eval_split:10s} {_one_line(t.description)}  "
               f"{t.source}")
     for name, g in sorted(index.groups.items()):
-        print(f"{name:22s} {'group':13s} {', '.join(g.tasks)}  {_one_line(g.description)}")
+        print(f"{name:{width}s} {'group':13s} {', '.join(g.tasks)}  {_one_line(g.description)}")
     return 0
 
 
@@ -283,6 +289,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     docs = load_documents(cfg, cfg.eval_split, ctx)
     if not docs:
         raise UserError(f"{args.file}: split '{cfg.eval_split}' has no documents")
+    if cfg.prompt is None:  # a retrieval task ranks its captions against a gallery: no prompt to render
+        videos = len({str(d[cfg.target_field]) for d in docs})
+        print(f"{args.file}: task '{cfg.task}' OK ({cfg.output_type}: {len(docs)} {cfg.eval_split} captions "
+              f"of {videos} videos; the gallery's media are checked when it runs)")
+        return 0
     k = cfg.fewshot.k if args.shots is None else args.shots
     pool = load_documents(cfg, cfg.fewshot_split, ctx) if k > 0 else []
     picks = build_sampler(cfg.fewshot.sampler, cfg.fewshot.options).select(docs[:1], pool, k, 0)[0]

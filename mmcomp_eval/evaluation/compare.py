@@ -358,8 +358,7 @@ def plot(runs: list[Run], folder: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = atomic_files.make_folder(Path(folder), "--plot-dir")
     by_metric: dict[str, list[str]] = {}
     for task, metric in _rows(runs):
         by_metric.setdefault(metric, []).append(task)

@@ -25,7 +25,7 @@ from mmcomp_eval.api.task import OutputType, limited
 from mmcomp_eval.config.task_config import TaskConfig, parse_generation_overrides
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.media.resolver import TaskMedia
-from mmcomp_eval.tasks.fewshot import ShotExclusion, build_sampler, sampler_options
+from mmcomp_eval.tasks.fewshot import SAMPLERS, ShotExclusion, build_sampler, sampler_options
 from mmcomp_eval.tasks.index import TaskIndex, find_template
 from mmcomp_eval.tasks.loaders import DataContext, load_documents
 from mmcomp_eval.tasks.outputs import OUTPUT_TYPES
@@ -68,10 +68,16 @@ class RunOptions:
             raise UserError(f"--limit {limit}: expected a positive number of documents, or a fraction below 1")
         if self.system_instruction is not None and not isinstance(self.system_instruction, str):
             raise UserError(f"--system-instruction {self.system_instruction!r}: expected text")
-        if self.shots is not None and self.shots < 0:
-            raise UserError(f"--shots {self.shots}: expected 0 or more")
+        if self.shots is not None and (isinstance(self.shots, bool) or not isinstance(self.shots, int)
+                                       or self.shots < 0):
+            raise UserError(f"--shots {self.shots!r}: expected a whole number, 0 or more")
         if not self.seeds:
             raise UserError("--seeds must be at least 1")
+        bad = [s for s in self.seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+        if bad:  # numpy's generators take non-negative seeds only
+            raise UserError(f"--seed {bad[0]!r}: expected a whole number, 0 or more")
+        if self.sampler is not None:
+            SAMPLERS.get(self.sampler)  # an unknown name is an error even for tasks that draw no shots
         parse_generation_overrides(self.gen_kwargs)  # keys and types; combinations are checked per task
 
 
@@ -107,19 +113,30 @@ class PreparedTask:
     model_defaults: dict[str, Any] = field(default_factory=dict)
 
 
-def with_generation_overrides(task: TaskConfig, overrides: dict[str, Any]) -> TaskConfig:
+def with_generation_overrides(task: TaskConfig, overrides: dict[str, Any],
+                              model_defaults: Mapping[str, Any] | None = None) -> TaskConfig:
     """``task`` with ``--gen-kwargs`` applied to its ``generation:``, checked as a whole.
 
     ``do_sample=false`` also turns off the task's own sampling settings
-    (temperature, top_p, top_k), which would otherwise be an error.
+    (temperature, top_p, top_k), which would otherwise be an error. The
+    model's decoding defaults (``model_defaults``, applied next) count in
+    the check: ``length_penalty`` alone is fine for a model that decodes
+    with beams unless told otherwise.
     """
     if not overrides:
         return task
     base = task.generation
+    if overrides.get("temperature") == 0 and not overrides.get("do_sample"):
+        # lm-eval's spelling of greedy decoding (its HF model samples only when temperature > 0)
+        overrides = {**{k: v for k, v in overrides.items() if k != "temperature"}, "do_sample": False}
     if overrides.get("do_sample") is False:
         base = replace(base, **{f: getattr(DEFAULT_SETTINGS, f) for f in SAMPLING_FIELDS})
     settings = replace(base, **overrides)
     problem = settings.problem()
+    if problem and model_defaults:
+        unset = {k: v for k, v in model_defaults.items() if k not in overrides and k not in task.generation_keys}
+        if replace(settings, **unset).problem() is None:
+            problem = None  # the model's defaults complete it (checked again once they are applied)
     if problem:
         given = ",".join(f"{k}={json.dumps(v)}" for k, v in overrides.items())
         raise UserError(f"task {task.task}: generation {problem} (--gen-kwargs {given} over {task.source})")
@@ -158,8 +175,13 @@ def with_system_instruction(task: TaskConfig, system_instruction: str | None) ->
 
 def prepare(task: TaskConfig, model: Model | ModelPlan, opts: RunOptions, index: TaskIndex) -> PreparedTask:
     """Documents, shots, prompts, media and answer space of ``task`` for ``model``; asks the model nothing."""
-    task = with_system_instruction(with_generation_overrides(task, opts.gen_kwargs), opts.system_instruction)
+    task = with_generation_overrides(task, opts.gen_kwargs, model.defaults.generation)
+    task = with_system_instruction(task, opts.system_instruction)
     task, applied = with_model_generation_defaults(task, model.defaults.generation, opts.gen_kwargs)
+    problem = task.generation.problem()
+    if problem:
+        raise UserError(f"task {task.task}: generation {problem} (with model '{model.name}''s defaults "
+                        f"{json.dumps(applied)})")
     variants = task.prompt.variants if task.prompt is not None else {}  # retrieval tasks render no prompt
     variant = model.defaults.prompt_variant if model.defaults.prompt_variant in variants else None
     task = task.with_prompt_variant(variant)

@@ -9,9 +9,12 @@ def markdown_table(record: dict) -> str:
              "| task | split | n | shots | metric | mean | stderr | std | seeds |",
              "|---|---|---|---|---|---|---|---|---|"]
     for task, t in record["tasks"].items():
-        if not t.get("scored", True):  # --predict-only: answers stored, nothing scored
+        if not t.get("scored", True):  # --predict-only: answers made, nothing scored
+            stored = (record.get("cache") or {}).get("enabled", True)
+            then = "rerun without it to score the stored answers" if stored else \
+                "answers in samples.jsonl only: no response store to score them from"
             lines.append(f"| {task} | {t['split']} | {t['n_documents']} | {t['shots']} | (not scored: "
-                         "--predict-only; rerun without it to score the stored answers) | | | | |")
+                         f"--predict-only; {then}) | | | | |")
         for metric, m in t["metrics"].items():
             lines.append(f"| {task} | {t['split']} | {t['n_documents']} | {t['shots']} | {metric} | "
                          f"{m['mean']:.2f} | {format_stderr(m)} | {m['std']:.2f} | {len(m['per_seed'])} |")

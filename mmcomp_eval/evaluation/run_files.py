@@ -117,6 +117,14 @@ def check_results(data: Any, path: Path) -> None:
             _require(path, f"{mat}.per_seed", m.get("per_seed", _MISSING),
                      lambda v: isinstance(v, list) and len(v) == len(seeds) and all(map(_number, v)),
                      f"a list of {len(seeds)} numbers, one per seed")
+        if task.get("config", {}).get("output_type") == "retrieval":  # what the retrieval report reads
+            info = task.get("retrieval", _MISSING)
+            _require(path, f"{at}.retrieval", info, lambda v: isinstance(v, dict), "an object")
+            for key in ("gallery", "settings", "perturbation", "n_queries"):
+                if info.get(key) is not None:
+                    _require(path, f"{at}.retrieval.{key}", info[key], lambda v: isinstance(v, dict), "an object")
+            _require(path, f"{at}.config.dataset", task["config"].get("dataset", _MISSING),
+                     lambda v: isinstance(v, dict) and isinstance(v.get("name"), str), "an object with a name")
 
 
 def read_samples(path: Path, expected_sha256: str | None, results: Path) -> dict[tuple[str, int], dict[str, dict]]:

@@ -78,8 +78,11 @@ class ClipEncoder:
         self.batch_size = batch_size
         self.dim = int(self.model.config.projection_dim)
         #: the checkpoint's text context in tokens, start and end tokens included (77 for OpenAI CLIP)
-        self.context_length = options.max_length or min(int(self.tokenizer.model_max_length),
-                                                        int(self.model.config.text_config.max_position_embeddings))
+        positions = int(self.model.config.text_config.max_position_embeddings)
+        if options.max_length and options.max_length > positions:
+            raise UserError(f"model argument max_length={options.max_length}: this CLIP's text tower has "
+                            f"{positions} positions; use at most {positions}")
+        self.context_length = options.max_length or min(int(self.tokenizer.model_max_length), positions)
         self.fingerprint = checkpoint_fingerprint(self.source, self.model, revision)
 
     def text(self, texts: Sequence[str], max_tokens: int | None = None) -> np.ndarray:

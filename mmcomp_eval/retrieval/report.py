@@ -165,6 +165,9 @@ def report(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
         md += [f"{name}:" + (f" **not like for like**: the runs differ in {', '.join(mixed)}" if mixed else ""), ""]
         for direction in DIRECTION_NAMES:
             md += [f"{DIRECTION_NAMES[direction]} R@1:", "", drop_table(sets, documents, direction), ""]
+    if not any(s.caption_set == ORIGINAL for s in sets):  # only perturbed caption sets: no SumR to show
+        md += ["SumR and mR1 need the original captions' tasks (e.g. msrvtt_1ka_retrieval); these runs have none.", ""]
+        return "\n".join(md)
     md += ["SumR and mR1 (original captions, text-to-video). mR1 is the mean R@1 over every dataset here; a run "
            "without results on all of them gets none.", "", sumr_table(sets), ""]
     return "\n".join(md)

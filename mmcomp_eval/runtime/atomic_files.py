@@ -27,6 +27,19 @@ from pathlib import Path
 from typing import IO
 
 
+def make_folder(path: Path, what: str) -> Path:
+    """Create ``path`` (and parents) for output, or say in one line why not (``what``: the flag that named it)."""
+    from mmcomp_eval.errors import UserError
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{what} {path}: cannot create this folder ({exc.strerror or exc}); "
+                        "give a folder you can write to") from None
+    return path
+
+
 def current_umask() -> int:
     """The process umask, read without changing it where Linux allows."""
     try:
