@@ -311,6 +311,7 @@ def paired_tests(runs: list[Run], resamples: int = 10_000, seed: int = 0,
         for task in [t for t in a.tasks if t in b.tasks]:
             check_comparable(a, b, task, allow_different_prompts)
             doc_ids = list(a.samples().get((task, a.tasks[task]["seeds"][0]), {}))
+            pairs = {}
             for metric in [m for m in a.tasks[task]["metrics"] if m in b.tasks[task]["metrics"]]:
                 stats = []
                 for run in (a, b):
@@ -318,7 +319,8 @@ def paired_tests(runs: list[Run], resamples: int = 10_000, seed: int = 0,
                     name, options = _metric_config(run, task, metric)
                     docs = [Document(d, {}) for d in doc_ids]
                     stats.append(bootstrap.statistic(name, options, per_sample, values, preds, refs, docs))
-                res = bootstrap.paired(stats[0], stats[1], len(doc_ids), resamples, seed)
+                pairs[metric] = (stats[0], stats[1])
+            for metric, res in bootstrap.paired_many(pairs, len(doc_ids), resamples, seed).items():
                 out.append({"task": task, "metric": metric, "a": a.label, "b": b.label, **res})
     return out
 
