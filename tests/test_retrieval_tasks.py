@@ -360,6 +360,7 @@ def test_bad_retrieval_task_files_are_one_line(clip_dir, tmp_path, spacy_name):
     cases = {
         "metrics: [bleu]": "metric 'bleu' scores answer text, not ranks",
         "prompt: {template: t.jinja}": "output_type 'retrieval' renders no prompt",
+        "generation: {max_new_tokens: 8}": "output_type 'retrieval' generates no text; remove the 'generation' section",
         "retrieval: {text_field: text, features_dir: feats, v2t: best}": "retrieval.v2t 'best' is not one of best_caption, all_captions",
         "retrieval: {text_field: text, features_dir: nowhere}": "no gallery media: .*; features_dir: .*nowhere \\(not a folder\\)",
         "perturbation: {kind: shuf, field: text, seed: 3}": "perturbation.seed 3: a retrieval task perturbs with the",

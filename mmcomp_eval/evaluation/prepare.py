@@ -244,7 +244,12 @@ def _prepare_unprompted(task: TaskConfig, split: str, output_type: type[OutputTy
     """
     _check_model(task, output_type, model)
     output = output_type(task, opts.data)
-    docs = output.documents(split, opts.limit)
+    try:
+        docs = output.documents(split, opts.limit)
+    except UserError as exc:  # a dataset's own words ("msrvtt has no split 'x'"): say which task asked
+        if f"task {task.task}" in str(exc):
+            raise
+        raise UserError(f"task {task.task}: {exc}") from None
     if not docs:
         raise UserError(f"task {task.task}: split '{split}' has no documents")
     return PreparedTask(task, split, docs, 0, None, {s: output.inputs(docs, s) for s in opts.seeds},

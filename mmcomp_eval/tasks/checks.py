@@ -23,6 +23,9 @@ def check_task(cfg: TaskConfig, where: str | None = None) -> TaskConfig:
         raise UserError(f"{where}: output_type '{cfg.output_type}' renders a prompt; add prompt: {{template: FILE}}")
     if not output_type.prompted and cfg.prompt is not None:
         raise UserError(f"{where}: output_type '{cfg.output_type}' renders no prompt; remove the 'prompt' section")
+    if not output_type.prompted and cfg.generation_keys:  # it would be recorded and never used
+        raise UserError(f"{where}: output_type '{cfg.output_type}' generates no text; remove the 'generation' "
+                        f"section ({', '.join(cfg.generation_keys)})")
     _check_metric_outputs(cfg, where)
     output_type.check_config(cfg, where)
     if cfg.perturbation is not None:
