@@ -21,7 +21,7 @@ from mmcomp_eval.errors import UserError
 from mmcomp_eval.media import synthetic as S
 from mmcomp_eval.models import create_model, decoding
 from mmcomp_eval.models.image_text import ImageTextAdapter
-from mmcomp_eval.testing.tiny_models import random_image_text, save_random_image_text
+from mmcomp_eval.testing.tiny_image_text import random_image_text, save_random_image_text
 
 FAMILIES = ("idefics2", "idefics3", "llava", "llava_next", "qwen2_vl")
 HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
