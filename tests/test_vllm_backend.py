@@ -19,9 +19,9 @@ import pytest
 from mmcomp_eval.api.request import ChatMessage, GenerationRequest, GenerationSettings
 from mmcomp_eval.errors import UserError
 from mmcomp_eval.models import create_model
-from mmcomp_eval.models.vllm_backend import (NO_TOP_K, SEED_MASK, VLLMCausalLM, VLLMOptions, VLLMVisionLM,
-                                             VLLMVisionOptions, content_parts, gpu_slice, sampling_kwargs,
-                                             token_prompt, unsupported, with_image_tokens)
+from mmcomp_eval.models.vllm_backend import VLLMCausalLM, VLLMOptions, VLLMVisionLM, VLLMVisionOptions, gpu_slice
+from mmcomp_eval.models.vllm_requests import (NO_TOP_K, SEED_MASK, content_parts, sampling_kwargs, token_prompt,
+                                              unsupported, with_image_tokens)
 
 from user_task import WORDS, make_user_tasks, run_cli
 
